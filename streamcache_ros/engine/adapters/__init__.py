@@ -1,0 +1,104 @@
+"""Model adapters (one file per family) and the loader that picks one from a model's config."""
+from __future__ import annotations
+
+import os
+
+import torch
+
+from ..errors import ConfigError, ModelLoadError
+from ..models import resolve_model_path
+from .base import ModelAdapter, VisionEncoder, VisionInputs, match_option
+from .llava_onevision import LlavaOnevisionAdapter
+from .qwen2_5_vl import Qwen25VLAdapter
+
+ADAPTERS: dict[str, type[ModelAdapter]] = {
+    "qwen2_5_vl": Qwen25VLAdapter,
+    "llava_onevision": LlavaOnevisionAdapter,
+}
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+def resolve_device(device: str) -> torch.device:
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device == "cpu":
+        return torch.device("cpu")
+    if device.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise ConfigError("device", f"'{device}' requested but CUDA is not available "
+                                        f"(torch {torch.__version__}); use 'cpu' or 'auto'")
+        return torch.device(device)
+    raise ConfigError("device", f"unknown device '{device}' (cpu|cuda|auto)")
+
+
+def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
+    if dtype == "auto":
+        if device.type != "cuda":
+            return torch.float32
+        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    if dtype not in DTYPES:
+        raise ConfigError("dtype", f"unknown dtype '{dtype}' (auto|{'|'.join(DTYPES)})")
+    return DTYPES[dtype]
+
+
+def _looks_like_path(path: str) -> bool:
+    return path.startswith(("/", "./", "../", "~")) or os.sep + os.sep in path or path.count("/") > 1
+
+
+def load_adapter(model_path: str, device: str = "auto", dtype: str = "auto", attention: str = "auto",
+                 sample_fps: float = 1.0) -> ModelAdapter:
+    """Load a Qwen2.5-VL or LLaVA-OneVision model (a bundled tiny model name, a local directory or
+    a Hugging Face hub id) with its tokenizer and image processor, wrapped in its adapter."""
+    from transformers import AutoConfig, AutoImageProcessor, AutoTokenizer  # noqa: PLC0415
+
+    resolved = resolve_model_path(model_path)
+    if not os.path.isdir(os.path.expanduser(resolved)) and _looks_like_path(resolved):
+        raise ModelLoadError(f"model_path '{model_path}' does not exist")
+    resolved = os.path.expanduser(resolved)
+    torch_device = resolve_device(device)
+    torch_dtype = resolve_dtype(dtype, torch_device)
+    try:
+        config = AutoConfig.from_pretrained(resolved)
+    except (OSError, ValueError) as err:
+        raise ModelLoadError(f"model_path '{model_path}' is not a local model directory and could not be "
+                             f"loaded as a Hugging Face hub id: {str(err).splitlines()[0]}") from None
+    adapter_cls = ADAPTERS.get(config.model_type)
+    if adapter_cls is None:
+        raise ModelLoadError(f"model_path '{model_path}' is a '{config.model_type}' model; supported: "
+                             f"{', '.join(ADAPTERS)}")
+    model_cls = _model_class(config.model_type)
+    backend_attn = "flash_attention_2" if (attention in ("auto", "flash") and torch_device.type == "cuda"
+                                           and _flash_available()) else "sdpa"
+    try:
+        model = model_cls.from_pretrained(resolved, dtype=torch_dtype, attn_implementation=backend_attn)
+        tokenizer = AutoTokenizer.from_pretrained(resolved)
+        image_processor = AutoImageProcessor.from_pretrained(resolved)
+    except (OSError, ValueError) as err:
+        raise ModelLoadError(f"model_path '{model_path}': {str(err).splitlines()[0]}") from None
+    model.to(torch_device).eval()
+    model_id = _model_id(model_path, resolved)
+    return adapter_cls(model, tokenizer, image_processor, model_id, attention=attention, sample_fps=sample_fps)
+
+
+def _model_class(model_type: str):
+    from transformers import LlavaOnevisionForConditionalGeneration, Qwen2_5_VLForConditionalGeneration  # noqa
+
+    return {"qwen2_5_vl": Qwen2_5_VLForConditionalGeneration,
+            "llava_onevision": LlavaOnevisionForConditionalGeneration}[model_type]
+
+
+def _flash_available() -> bool:
+    from ..cache.attention import flash_attn_func  # noqa: PLC0415
+
+    return flash_attn_func() is not None
+
+
+def _model_id(model_path: str, resolved: str) -> str:
+    """A stable name: the bundled name or hub id as given, else the directory's name."""
+    if resolved != os.path.expanduser(model_path) or not os.path.isdir(resolved):
+        return model_path
+    return os.path.basename(os.path.normpath(resolved))
+
+
+__all__ = ["ADAPTERS", "ModelAdapter", "VisionEncoder", "VisionInputs", "load_adapter", "match_option",
+           "resolve_device", "resolve_dtype"]

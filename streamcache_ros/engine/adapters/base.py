@@ -1,0 +1,201 @@
+"""What every model family shares: loading, the decoder loop over an explicit cache, text prompts.
+
+The adapter runs the language model's decoder layers itself (the transformers modules, unchanged:
+norms, projections, MLP) so that each layer's attention goes through the cache policy, which owns
+positions and storage. Everything family-specific (frame preprocessing, vision encoder, chunk
+positions, system prompt) lives in the family's own file.
+"""
+from __future__ import annotations
+
+import abc
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+import torch
+
+from ..cache import TEXT_UNIT, CacheGeometry, CachePolicy, NewTokens
+from ..cache.attention import resolve_backend
+from ..cache.rope import RotarySpec
+
+# hermes_spec §11: the question prompt (no "\n" after <|im_end|>, query tokenised raw)
+QUESTION_TEMPLATE = "\n{query}<|im_end|><|im_start|>assistant\n"
+MC_SUFFIX = "Best option: ("
+OPTION_LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+
+
+@dataclass
+class VisionInputs:
+    """One chunk's preprocessed pixels, ready for a vision encoder (torch or onnxruntime)."""
+
+    tensors: dict[str, torch.Tensor]  # model inputs, e.g. pixel_values_videos (+ video_grid_thw)
+    num_units: int  # stream units in the chunk (frames; temporal patches on Qwen2.5-VL)
+    tokens_per_unit: int
+    unit_frames: list[tuple[int, ...]]  # for each unit, the indices (into the chunk) of its frames
+    grid: tuple[int, int, int]  # (units, rows, cols) of merged tokens
+
+
+class VisionEncoder(abc.ABC):
+    """Turns ``VisionInputs.tensors`` into visual embeddings [N, hidden] for the language model."""
+
+    name = "torch"
+
+    @abc.abstractmethod
+    def __call__(self, tensors: dict[str, torch.Tensor]) -> torch.Tensor: ...
+
+
+def config_fingerprint(config) -> str:
+    """A short hash of a model config: tells two models (or an exported encoder's source) apart."""
+    text = json.dumps(config.to_dict(), sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def build_mc_query(question: str, options: list[str]) -> str:
+    """hermes_spec §11 (video_qa/base.py): the multiple-choice query layout."""
+    lines = [f"Question: {question}", "Options:"]
+    lines += [f"({OPTION_LETTERS[i]}) {opt}" for i, opt in enumerate(options)]
+    lines.append("Only give the best option.")
+    return "\n".join(lines)
+
+
+def match_option(answer: str, options: list[str]) -> int:
+    """The option an answer names: a leading letter ('B', '(B)', 'B) ...'), else the one option
+    whose text the answer contains; -1 when none or several match."""
+    if not options:
+        return -1
+    letter = re.match(r"^\s*\(?([A-Z])(?:\)|\.|:|\s|$)", answer)
+    if letter:
+        index = OPTION_LETTERS.index(letter.group(1))
+        return index if index < len(options) else -1
+    lowered = answer.lower()
+    hits = [i for i, opt in enumerate(options) if opt.strip() and opt.strip().lower() in lowered]
+    return hits[0] if len(hits) == 1 else -1
+
+
+class ModelAdapter(abc.ABC):
+    """One model family on transformers: prompt layout, vision encoding, decoder loop."""
+
+    family: str = ""
+    system_prompt: str = ""
+    frames_per_unit: int = 1
+
+    def __init__(self, model, tokenizer, image_processor, model_id: str, attention: str = "auto"):
+        self.model = model
+        self.tokenizer = tokenizer
+        self.image_processor = image_processor
+        self.model_id = model_id
+        self.device = next(model.parameters()).device
+        self.dtype = next(model.parameters()).dtype
+        self.text_model = self._text_model()
+        self.lm_head = model.lm_head
+        self.attention_backend = resolve_backend(attention, self.device)
+        self.vision_encoder: VisionEncoder = self._torch_vision_encoder()
+        self._prefix_ids = self.tokenizer(self.system_prompt, add_special_tokens=False).input_ids
+        eos = self.tokenizer.eos_token_id
+        self.stop_ids = {eos} if isinstance(eos, int) else set(eos or [])
+        self.config_hash = config_fingerprint(model.config)
+
+    # -- family-specific --------------------------------------------------------------------------
+    @abc.abstractmethod
+    def _text_model(self) -> torch.nn.Module:
+        """The decoder stack (embed_tokens, layers, norm, rotary_emb)."""
+
+    @abc.abstractmethod
+    def _torch_vision_encoder(self) -> VisionEncoder: ...
+
+    @abc.abstractmethod
+    def preprocess(self, frames: list[np.ndarray]) -> VisionInputs:
+        """RGB uint8 frames [H, W, 3] (one camera, in time order) -> encoder inputs."""
+
+    @abc.abstractmethod
+    def chunk_rel_positions(self, inputs: VisionInputs) -> torch.Tensor:
+        """[axes, N] positions of the chunk's visual tokens relative to the chunk start."""
+
+    @property
+    def text_config(self):
+        return self.text_model.config
+
+    # -- geometry ---------------------------------------------------------------------------------
+    def rotary_spec(self) -> RotarySpec:
+        rope = self.text_model.rotary_emb
+        section = getattr(rope, "mrope_section", None) if self.family == "qwen2_5_vl" else None
+        return RotarySpec(inv_freq=rope.inv_freq.detach().to(torch.float32).cpu(),
+                          mrope_section=tuple(section) if section else None,
+                          attention_scaling=float(getattr(rope, "attention_scaling", 1.0)))
+
+    def geometry(self) -> CacheGeometry:
+        cfg = self.text_config
+        head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+        return CacheGeometry(
+            num_layers=cfg.num_hidden_layers, num_q_heads=cfg.num_attention_heads,
+            num_kv_heads=cfg.num_key_value_heads, head_dim=head_dim, dtype=self.dtype, device=self.device,
+            rotary=self.rotary_spec(), max_position_embeddings=cfg.max_position_embeddings,
+            model_family=self.family, attention_backend=self.attention_backend,
+        )
+
+    # -- text -------------------------------------------------------------------------------------
+    @property
+    def prefix_ids(self) -> list[int]:
+        return list(self._prefix_ids)
+
+    def question_ids(self, question: str, options: list[str]) -> list[int]:
+        query = build_mc_query(question, options) if options else question
+        prompt = QUESTION_TEMPLATE.format(query=query) + (MC_SUFFIX if options else "")
+        return self.tokenizer(prompt, add_special_tokens=False).input_ids
+
+    def count_tokens(self, text: str) -> int:
+        return len(self.tokenizer(text, add_special_tokens=False).input_ids)
+
+    def decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=True)
+
+    def embed_text(self, ids: list[int]) -> torch.Tensor:
+        return self.text_model.embed_tokens(torch.tensor([ids], device=self.device))
+
+    def text_tokens(self, count: int, unit: int = TEXT_UNIT) -> NewTokens:
+        axes = 3 if self.family == "qwen2_5_vl" else 1
+        rel = torch.arange(count, dtype=torch.float32).expand(axes, count).clone()
+        return NewTokens(rel.to(self.device), torch.full((count,), unit, dtype=torch.long),
+                         torch.full((count,), -1, dtype=torch.long))
+
+    # -- vision -----------------------------------------------------------------------------------
+    def encode(self, inputs: VisionInputs) -> torch.Tensor:
+        """Visual embeddings [N, hidden] of one chunk, N = num_units · tokens_per_unit."""
+        embeds = self.vision_encoder(inputs.tensors)
+        expected = inputs.num_units * inputs.tokens_per_unit
+        if embeds.shape[0] != expected:
+            raise RuntimeError(f"vision encoder gave {embeds.shape[0]} tokens, expected {expected}")
+        return embeds.to(device=self.device, dtype=self.dtype)
+
+    # -- language model ---------------------------------------------------------------------------
+    @torch.inference_mode()
+    def forward(self, embeds: torch.Tensor, new: NewTokens, policy: CachePolicy,
+                key_filter: torch.Tensor | None = None, layer_hook: Callable | None = None) -> torch.Tensor:
+        """Run the decoder layers over ``embeds`` [1, Q, hidden], attending through ``policy``.
+
+        Returns the final-norm hidden states [1, Q, hidden]. ``layer_hook(layer_index)`` is called
+        before each layer (fault-injection tests use it).
+        """
+        hidden = embeds if embeds.dim() == 3 else embeds[None]
+        bsz, q_len, _ = hidden.shape
+        for index, layer in enumerate(self.text_model.layers):
+            if layer_hook is not None:
+                layer_hook(index)
+            attn = layer.self_attn
+            head_dim = attn.head_dim
+            residual = hidden
+            normed = layer.input_layernorm(hidden)
+            q = attn.q_proj(normed).view(bsz, q_len, -1, head_dim).transpose(1, 2)
+            k = attn.k_proj(normed).view(bsz, q_len, -1, head_dim).transpose(1, 2)
+            v = attn.v_proj(normed).view(bsz, q_len, -1, head_dim).transpose(1, 2)
+            out = policy.attend(index, q, k, v, new, key_filter)
+            hidden = residual + attn.o_proj(out.transpose(1, 2).reshape(bsz, q_len, -1))
+            hidden = hidden + layer.mlp(layer.post_attention_layernorm(hidden))
+        return self.text_model.norm(hidden)
+
+    @torch.inference_mode()
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.lm_head(hidden).float()

@@ -1,0 +1,84 @@
+"""LLaVA-OneVision: 1D RoPE (Qwen2 language model), one frame is one stream unit.
+
+Frames are resized to the vision tower's square input, rescaled and normalised as the
+LLaVA-OneVision video processor does (that processor needs torchvision, which is not usable next to
+the CPU torch build), then the model's own ``get_video_features`` runs the SigLIP tower, the
+projector and the 2x2 bilinear pooling. hermes_spec §4.1 / D9: no image_newline token is cached.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+from PIL import Image
+
+from .base import ModelAdapter, VisionEncoder, VisionInputs
+
+
+class LlavaTorchVisionEncoder(VisionEncoder):
+    def __init__(self, model):
+        self.model = model
+        self.config = model.config
+
+    @torch.inference_mode()
+    def __call__(self, tensors):
+        pixels = tensors["pixel_values_videos"]
+        out = self.model.model.get_video_features(
+            pixel_values_videos=pixels.to(self.model.device, self.model.dtype),
+            vision_feature_layer=self.config.vision_feature_layer,
+            vision_feature_select_strategy=self.config.vision_feature_select_strategy,
+        )
+        feats = getattr(out, "pooler_output", out)
+        feats = feats.reshape(-1, feats.shape[-1])
+        # transformers appends one image_newline per video; the reference caches none (D9)
+        frames, side = pixels.shape[1], self.config.vision_config.image_size // self.config.vision_config.patch_size
+        if feats.shape[0] == frames * math.ceil(side / 2) ** 2 + 1:
+            feats = feats[:-1]
+        return feats
+
+
+class LlavaOnevisionAdapter(ModelAdapter):
+    family = "llava_onevision"
+    # hermes_spec §1: the LLaVA system prompt (note the space before "\n", as the reference has it)
+    system_prompt = "<|im_start|>system \nYou are a helpful assistant.<|im_end|><|im_start|>user "
+    frames_per_unit = 1
+
+    def __init__(self, model, tokenizer, image_processor, model_id, attention="auto", sample_fps=1.0):
+        super().__init__(model, tokenizer, image_processor, model_id, attention)
+        vision = model.config.vision_config
+        self.image_size = int(vision.image_size)
+        side = self.image_size // int(vision.patch_size)
+        self.tokens_per_frame = math.ceil(side / 2) ** 2
+        ip = image_processor
+        self.mean = np.asarray(ip.image_mean, dtype=np.float32).reshape(3, 1, 1)
+        self.std = np.asarray(ip.image_std, dtype=np.float32).reshape(3, 1, 1)
+        self.rescale = float(getattr(ip, "rescale_factor", 1 / 255))
+        self.resample = int(getattr(ip, "resample", Image.BICUBIC))
+
+    def _text_model(self):
+        return self.model.model.language_model
+
+    def _torch_vision_encoder(self):
+        return LlavaTorchVisionEncoder(self.model)
+
+    def normalise(self, frame: np.ndarray) -> np.ndarray:
+        """[H, W, 3] uint8 -> [3, S, S] float32, the vision tower's input."""
+        size = (self.image_size, self.image_size)
+        if frame.shape[:2] != size:
+            frame = np.asarray(Image.fromarray(frame).resize(size, self.resample))
+        pixels = frame.astype(np.float32).transpose(2, 0, 1) * self.rescale
+        return (pixels - self.mean) / self.std
+
+    def preprocess(self, frames):
+        if not frames:
+            raise ValueError("no frames")
+        pixels = torch.from_numpy(np.stack([self.normalise(f) for f in frames]))[None]
+        side = int(math.isqrt(self.tokens_per_frame))
+        return VisionInputs({"pixel_values_videos": pixels}, num_units=len(frames),
+                            tokens_per_unit=self.tokens_per_frame,
+                            unit_frames=[(i,) for i in range(len(frames))], grid=(len(frames), side, side))
+
+    def chunk_rel_positions(self, inputs):
+        count = inputs.num_units * inputs.tokens_per_unit
+        return torch.arange(count, dtype=torch.float32, device=self.device)[None, :]

@@ -1,0 +1,66 @@
+"""Attention over a cache whose newest keys are the queries' own tokens.
+
+Queries are the last Q tokens of a key sequence of length T >= Q, so causality is aligned
+bottom-right: query i sees keys 0 .. T-Q+i. PyTorch SDPA's ``is_causal`` aligns top-left, which is
+wrong for cached prefill and decode, so an explicit mask is built (h2svc_spec §4).
+"""
+from __future__ import annotations
+
+import functools
+
+import torch
+import torch.nn.functional as F
+
+
+@functools.lru_cache(maxsize=1)
+def flash_attn_func():
+    """flash_attn.flash_attn_func when flash-attn is installed (CUDA machines), else None."""
+    try:
+        from flash_attn import flash_attn_func as fn  # noqa: PLC0415
+    except Exception:  # ImportError, or a CUDA/ABI mismatch raised at import
+        return None
+    return fn
+
+
+def resolve_backend(requested: str, device: torch.device) -> str:
+    """'auto' picks flash-attn on CUDA when it imports, else SDPA."""
+    if requested not in ("auto", "sdpa", "flash"):
+        raise ValueError(f"unknown attention backend '{requested}' (auto|sdpa|flash)")
+    if requested == "sdpa":
+        return "sdpa"
+    available = device.type == "cuda" and flash_attn_func() is not None
+    if requested == "flash" and not available:
+        raise ValueError("attention backend 'flash' needs CUDA and the flash-attn package")
+    return "flash" if available else "sdpa"
+
+
+def bottom_right_causal_mask(q_len: int, k_len: int, device=None) -> torch.Tensor:
+    """[Q, T] bool: True where query i may attend to key j (j <= T - Q + i)."""
+    rows = torch.arange(q_len, device=device)[:, None]
+    cols = torch.arange(k_len, device=device)[None, :]
+    return cols <= rows + (k_len - q_len)
+
+
+def cached_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    key_mask: torch.Tensor | None = None,
+    backend: str = "sdpa",
+) -> torch.Tensor:
+    """q [B, Hq, Q, D]; k, v [B, Hkv, T, D] with Hq a multiple of Hkv -> [B, Hq, Q, D].
+
+    ``key_mask`` [T] bool (optional) hides cached keys (e.g. another camera's frames); the
+    queries' own tokens must stay visible.
+    """
+    q_len, k_len = q.shape[2], k.shape[2]
+    if backend == "flash" and key_mask is None and q.is_cuda:
+        # flash-attn >= 2.1 aligns its causal mask bottom-right; layout [B, T, H, D]; GQA native
+        out = flash_attn_func()(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), causal=True)
+        return out.transpose(1, 2)
+    mask = None
+    if q_len > 1 or key_mask is not None:
+        mask = bottom_right_causal_mask(q_len, k_len, q.device)
+        if key_mask is not None:
+            mask = mask & key_mask.to(q.device)[None, :]
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=q.shape[1] != k.shape[1])

@@ -1,0 +1,401 @@
+"""The streaming session: frames in (chunked per camera), questions answered from the cache.
+
+    adapter = load_adapter("tiny-qwen2_5_vl")
+    session = Session(adapter, make_policy("fifo", budget_tokens=256), SessionConfig(chunk_frames=8))
+    session.add_frame(rgb, stamp=12.5, camera="/camera/image_raw")
+    answer = session.ask("what is on the table?")
+
+Flow of a chunk: adapter.preprocess -> vision encoder -> one prefill of the chunk's tokens through
+the policy's attention (no recompute of the cache) -> policy.after_chunk (compression, re-index).
+A question is prefilled and decoded from the cache, then its tokens are truncated away again, so
+memory stays bounded and the cache is what it was. No ROS here.
+"""
+from __future__ import annotations
+
+import re
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Callable
+
+import numpy as np
+import torch
+
+from .adapters import ModelAdapter, match_option
+from .cache import PREFIX_UNIT, CachePolicy, CacheStats, ChunkContext, NewTokens
+from .errors import ChunkError, FrameError, QuestionError, SnapshotError
+
+SNAPSHOT_FORMAT = 1
+
+
+@dataclass
+class SessionConfig:
+    chunk_frames: int = 8
+    max_question_tokens: int = 512
+    max_new_tokens: int = 64
+    mc_max_new_tokens: int = 16  # hermes_spec §2: multiple choice answers are short
+    repetition_penalty: float = 1.0  # the HERMES reference driver uses 1.1 (hermes_spec §11)
+
+    def __post_init__(self):
+        if self.chunk_frames < 1:
+            raise ValueError(f"chunk_frames must be >= 1, got {self.chunk_frames}")
+        if self.max_question_tokens < 1 or self.max_new_tokens < 1:
+            raise ValueError("max_question_tokens and max_new_tokens must be >= 1")
+
+
+@dataclass
+class UnitInfo:
+    stamps: tuple[float, ...]
+    camera: str
+    chunk: int
+
+
+@dataclass
+class Exchange:
+    question: str
+    answer: str
+    options: list[str] = field(default_factory=list)
+
+
+@dataclass
+class ChunkReport:
+    chunk_id: int
+    camera: str
+    frames: int
+    units: int
+    tokens: int
+    encode_ms: float
+    prefill_ms: float
+    compress_ms: float
+    compress_info: dict = field(default_factory=dict)
+
+
+@dataclass
+class Answer:
+    text: str
+    option_index: int
+    answer_tokens: int
+    ttft_ms: float
+    total_ms: float
+    frames_in_memory: int
+    oldest_stamp: float
+    newest_stamp: float
+    kv_tokens: int
+    cancelled: bool = False
+
+
+@dataclass
+class SessionStatus:
+    policy: str
+    model_id: str
+    frames_in_memory: int
+    oldest_stamp: float
+    newest_stamp: float
+    cache: CacheStats
+    last_chunk: ChunkReport | None
+    chunks_encoded: int
+    chunks_failed: int
+    questions_answered: int
+    pending_frames: int
+    last_ttft_ms: float
+    cameras: list[str]
+
+
+def _validate_frame(frame) -> np.ndarray:
+    if not isinstance(frame, np.ndarray):
+        raise FrameError(f"frame must be a numpy array, got {type(frame).__name__}")
+    if frame.ndim != 3 or frame.shape[2] != 3:
+        raise FrameError(f"frame must be RGB [H, W, 3], got shape {tuple(frame.shape)}")
+    if frame.dtype != np.uint8:
+        raise FrameError(f"frame must be uint8, got {frame.dtype}")
+    if frame.shape[0] < 1 or frame.shape[1] < 1:
+        raise FrameError(f"frame is empty: shape {tuple(frame.shape)}")
+    return np.ascontiguousarray(frame)
+
+
+class Session:
+    """One visual memory over one model; thread-safe (one lock around the model and the cache)."""
+
+    def __init__(self, adapter: ModelAdapter, policy: CachePolicy, config: SessionConfig | None = None):
+        self.adapter = adapter
+        self.policy = policy
+        self.config = config or SessionConfig()
+        self._cache_lock = threading.RLock()  # model + cache: one forward pass at a time
+        self._pending_lock = threading.Lock()  # frames waiting for their chunk: cheap to take
+        self.chunk_layer_hook: Callable[[int], None] | None = None  # tests: fault injection
+        policy.setup(adapter.geometry())
+        with self._cache_lock:
+            self._clear()
+
+    # -- state ----------------------------------------------------------------------------------
+    def _clear(self) -> None:
+        self._pending: dict[str, list[tuple[np.ndarray, float]]] = {}
+        self.units: dict[int, UnitInfo] = {}
+        self.history: list[Exchange] = []
+        self.cameras: list[str] = []
+        self._next_unit = 0
+        self._next_chunk = 0
+        self.chunks_encoded = 0
+        self.chunks_failed = 0
+        self.questions_answered = 0
+        self.last_chunk: ChunkReport | None = None
+        self.last_ttft_ms = 0.0
+        self.policy.reset()
+        ids = self.adapter.prefix_ids
+        self.policy.ensure_room(len(ids))
+        self.adapter.forward(self.adapter.embed_text(ids), self.adapter.text_tokens(len(ids), PREFIX_UNIT),
+                             self.policy)
+
+    def reset(self) -> int:
+        """Forget every frame and the question history; returns the frames forgotten."""
+        with self._cache_lock, self._pending_lock:
+            forgotten = self._frames_in_memory()
+            self._clear()
+            return forgotten
+
+    # -- frames ---------------------------------------------------------------------------------
+    def add_frame(self, frame: np.ndarray, stamp: float, camera: str = "") -> ChunkReport | None:
+        """Queue one RGB uint8 frame [H, W, 3]; encodes a chunk when ``chunk_frames`` are queued.
+
+        Raises FrameError (nothing queued) or ChunkError (the chunk was dropped, memory unchanged).
+        """
+        frame = _validate_frame(frame)
+        with self._pending_lock:
+            queue = self._pending.setdefault(camera, [])
+            queue.append((frame, float(stamp)))
+            if camera not in self.cameras:
+                self.cameras.append(camera)
+            if len(queue) < self.config.chunk_frames:
+                return None
+            batch = self._pending.pop(camera)
+        with self._cache_lock:
+            return self._encode_chunk(camera, batch)
+
+    def flush(self) -> list[ChunkReport]:
+        """Encode every camera's queued frames now (a partial chunk)."""
+        reports = []
+        with self._cache_lock:
+            with self._pending_lock:
+                batches = list(self._pending.items())
+                self._pending.clear()
+            for camera, batch in batches:
+                if batch:
+                    reports.append(self._encode_chunk(camera, batch))
+        return reports
+
+    def pending_frames(self) -> int:
+        with self._pending_lock:
+            return sum(len(q) for q in self._pending.values())
+
+    def _encode_chunk(self, camera: str, batch: list[tuple[np.ndarray, float]]) -> ChunkReport:
+        adapter, policy = self.adapter, self.policy
+        mark = policy.mark()
+        chunk_id = self._next_chunk
+        try:
+            t0 = time.perf_counter()
+            inputs = adapter.preprocess([frame for frame, _ in batch])
+            embeds = adapter.encode(inputs)
+            t1 = time.perf_counter()
+            rel = adapter.chunk_rel_positions(inputs)
+            unit_ids = torch.arange(self._next_unit, self._next_unit + inputs.num_units)
+            new = NewTokens(rel, unit_ids.repeat_interleave(inputs.tokens_per_unit),
+                            torch.full((rel.shape[1],), chunk_id, dtype=torch.long))
+            policy.ensure_room(int(rel.max().item()) + 1)
+            mark = policy.mark()  # ensure_room may re-index; it never changes lengths
+            adapter.forward(embeds[None], new, policy, layer_hook=self.chunk_layer_hook)
+            t2 = time.perf_counter()
+            unit_frames = {int(u): tuple(f) for u, f in zip(unit_ids, inputs.unit_frames)}
+            info = policy.after_chunk(ChunkContext(chunk_id, guidance=getattr(adapter, "guidance", None),
+                                                   history=list(self.history), unit_frames=unit_frames))
+            t3 = time.perf_counter()
+        except Exception as err:
+            policy.truncate(mark)
+            self.chunks_failed += 1
+            raise ChunkError(f"chunk of {len(batch)} frame(s) from '{camera or 'default'}' dropped: "
+                             f"{type(err).__name__}: {err}") from err
+        for unit, frames in zip(unit_ids.tolist(), inputs.unit_frames):
+            self.units[unit] = UnitInfo(tuple(batch[i][1] for i in frames), camera, chunk_id)
+        self._next_unit += inputs.num_units
+        self._next_chunk += 1
+        self.chunks_encoded += 1
+        self._forget_evicted_units()
+        self.last_chunk = ChunkReport(chunk_id, camera, len(batch), inputs.num_units, int(rel.shape[1]),
+                                      (t1 - t0) * 1e3, (t2 - t1) * 1e3, (t3 - t2) * 1e3, info or {})
+        return self.last_chunk
+
+    def _forget_evicted_units(self) -> None:
+        held = set(self.policy.stats().units)
+        for unit in [u for u in self.units if u not in held]:
+            del self.units[unit]
+
+    # -- questions ------------------------------------------------------------------------------
+    def ask(self, question: str, options: list[str] | tuple[str, ...] = (), camera: str = "",
+            max_new_tokens: int = 0, on_text: Callable[[str, str], None] | None = None,
+            should_stop: Callable[[], bool] | None = None) -> Answer:
+        """Answer from the cache (greedy). Frames queued so far are encoded first.
+
+        ``on_text(partial, new_text)`` streams the answer; ``should_stop()`` cancels between tokens.
+        Raises QuestionError before anything touches the cache when the question is refused.
+        """
+        started = time.perf_counter()
+        options = [str(o) for o in options]
+        if not isinstance(question, str) or not question.strip():
+            raise QuestionError("the question is empty")
+        if max_new_tokens < 0:
+            raise QuestionError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
+        if len(options) > 26:
+            raise QuestionError(f"at most 26 options (A-Z), got {len(options)}")
+        if any(not o.strip() for o in options):
+            raise QuestionError("an option is empty")
+        adapter, policy = self.adapter, self.policy
+        ids = adapter.question_ids(question, options)
+        if len(ids) > self.config.max_question_tokens:
+            raise QuestionError(f"the question is {len(ids)} tokens with its prompt; the limit is "
+                                f"{self.config.max_question_tokens} (max_question_tokens)")
+        budget = max_new_tokens or (self.config.mc_max_new_tokens if options else self.config.max_new_tokens)
+        with self._cache_lock:
+            if camera and camera not in self.cameras:
+                known = ", ".join(c or "''" for c in self.cameras) or "none yet"
+                raise QuestionError(f"unknown camera '{camera}' (cameras seen: {known})")
+            self.flush()
+            if not self.units:
+                raise QuestionError("no frames in memory yet: wait for the camera stream, then ask again")
+            key_filter, visible = None, list(self.units)
+            if camera:
+                visible = [u for u, info in self.units.items() if info.camera == camera]
+                if not visible:
+                    raise QuestionError(f"no frames from camera '{camera}' in memory")
+                key_filter = torch.tensor(visible, dtype=torch.long)
+            policy.ensure_room(len(ids) + budget)
+            frames, oldest, newest = self._frames_in_memory(visible), *self._stamp_range(visible)
+            kv_tokens = policy.stats().kv_tokens
+            mark = policy.mark()
+            try:
+                out, ttft, cancelled = self._generate(ids, budget, key_filter, on_text, should_stop, started)
+            finally:
+                policy.truncate(mark)
+            text = adapter.decode(out)
+            self.history.append(Exchange(question, text, options))
+            self.questions_answered += 1
+            self.last_ttft_ms = ttft
+        return Answer(text=text.strip(), option_index=match_option(text, options), answer_tokens=len(out),
+                      ttft_ms=ttft, total_ms=(time.perf_counter() - started) * 1e3, frames_in_memory=frames,
+                      oldest_stamp=oldest, newest_stamp=newest, kv_tokens=kv_tokens, cancelled=cancelled)
+
+    def _generate(self, ids, budget, key_filter, on_text, should_stop, started):
+        adapter, policy = self.adapter, self.policy
+        hidden = adapter.forward(adapter.embed_text(ids), adapter.text_tokens(len(ids)), policy, key_filter)
+        logits = adapter.logits(hidden[0, -1])
+        out: list[int] = []
+        ttft = 0.0
+        text = ""
+        for step in range(budget):
+            if should_stop is not None and should_stop():
+                return out, ttft, True
+            token = self._pick(logits, out)
+            if step == 0:
+                ttft = (time.perf_counter() - started) * 1e3
+            if token in adapter.stop_ids:
+                break
+            out.append(token)
+            if on_text is not None:
+                partial = adapter.decode(out)
+                # byte-level BPE: hold back a piece that ends inside a multi-byte character
+                if len(partial) > len(text) and not partial.endswith("\ufffd"):
+                    on_text(partial, partial[len(text):])
+                    text = partial
+            if step + 1 < budget:
+                hidden = adapter.forward(adapter.embed_text([token]), adapter.text_tokens(1), policy, key_filter)
+                logits = adapter.logits(hidden[0, -1])
+        if on_text is not None:
+            final = adapter.decode(out)
+            if len(final) > len(text) and final.startswith(text):
+                on_text(final, final[len(text):])  # whatever was held back
+        return out, ttft, False
+
+    def _pick(self, logits: torch.Tensor, previous: list[int]) -> int:
+        penalty = self.config.repetition_penalty
+        if penalty != 1.0 and previous:
+            # hermes_spec §11: negative logits are multiplied, positive ones divided
+            logits = logits.clone()
+            seen = torch.tensor(sorted(set(previous)), device=logits.device)
+            picked = logits[seen]
+            logits[seen] = torch.where(picked < 0, picked * penalty, picked / penalty)
+        return int(torch.argmax(logits).item())
+
+    # -- status ---------------------------------------------------------------------------------
+    def _frames_in_memory(self, units=None) -> int:
+        units = self.units if units is None else units
+        return sum(len(self.units[u].stamps) for u in units)
+
+    def _stamp_range(self, units=None) -> tuple[float, float]:
+        units = self.units if units is None else units
+        stamps = [s for u in units for s in self.units[u].stamps]
+        return (min(stamps), max(stamps)) if stamps else (0.0, 0.0)
+
+    def status(self) -> SessionStatus:
+        with self._cache_lock:
+            oldest, newest = self._stamp_range()
+            return SessionStatus(
+                policy=self.policy.name, model_id=self.adapter.model_id,
+                frames_in_memory=self._frames_in_memory(), oldest_stamp=oldest, newest_stamp=newest,
+                cache=self.policy.stats(), last_chunk=self.last_chunk, chunks_encoded=self.chunks_encoded,
+                chunks_failed=self.chunks_failed, questions_answered=self.questions_answered,
+                pending_frames=self.pending_frames(), last_ttft_ms=self.last_ttft_ms, cameras=list(self.cameras))
+
+    # -- snapshots ------------------------------------------------------------------------------
+    def _identity(self) -> dict:
+        return {"model_id": self.adapter.model_id, "config_hash": self.adapter.config_hash,
+                "policy": self.policy.name, "policy_config": self.policy.config_dict()}
+
+    def save(self, path: str) -> int:
+        """Write the memory to ``path``; returns bytes written. Queued frames are encoded first."""
+        with self._cache_lock:
+            self.flush()
+            state = {
+                "format": SNAPSHOT_FORMAT, **self._identity(),
+                "policy_state": self.policy.state_dict(),
+                "units": {u: asdict(info) for u, info in self.units.items()},
+                "history": [asdict(x) for x in self.history], "cameras": list(self.cameras),
+                "next_unit": self._next_unit, "next_chunk": self._next_chunk,
+            }
+            try:
+                torch.save(state, path)
+            except OSError as err:
+                raise SnapshotError(f"cannot write snapshot '{path}': {err.strerror or err}") from None
+            import os  # noqa: PLC0415
+
+            return os.path.getsize(path)
+
+    def load(self, path: str) -> int:
+        """Replace the memory with the snapshot at ``path``; returns frames in memory.
+
+        A snapshot of another model or policy (or policy parameters) is refused; memory unchanged.
+        """
+        try:
+            state = torch.load(path, map_location="cpu", weights_only=True)
+        except FileNotFoundError:
+            raise SnapshotError(f"no snapshot at '{path}'") from None
+        except Exception as err:  # pickle / zip errors: not a snapshot
+            raise SnapshotError(f"'{path}' is not a streamcache snapshot ({type(err).__name__})") from None
+        if not isinstance(state, dict) or state.get("format") != SNAPSHOT_FORMAT:
+            raise SnapshotError(f"'{path}' is not a streamcache snapshot (format {SNAPSHOT_FORMAT})")
+        mine = self._identity()
+        for key in ("model_id", "config_hash", "policy", "policy_config"):
+            if state.get(key) != mine[key]:
+                raise SnapshotError(f"snapshot '{path}' was made with {key} {state.get(key)!r}; "
+                                    f"this node runs {mine[key]!r}")
+        with self._cache_lock, self._pending_lock:
+            backup = self.policy.state_dict()
+            try:
+                self.policy.load_state_dict(state["policy_state"])
+            except Exception as err:
+                self.policy.load_state_dict(backup)
+                raise SnapshotError(f"snapshot '{path}' does not fit this cache: {err}") from None
+            self.units = {int(u): UnitInfo(tuple(i["stamps"]), i["camera"], i["chunk"])
+                          for u, i in state["units"].items()}
+            self.history = [Exchange(**x) for x in state["history"]]
+            self.cameras = list(state["cameras"])
+            self._next_unit, self._next_chunk = int(state["next_unit"]), int(state["next_chunk"])
+            self._pending.clear()
+            return self._frames_in_memory()

@@ -1,0 +1,55 @@
+"""Shared fixtures: the bundled tiny models (loaded once per test session) and clip frames."""
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import shutil
+import sys
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # tests run against this checkout, installed or not
+    sys.path.insert(0, str(ROOT))
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+
+from streamcache_ros import clip  # noqa: E402
+from streamcache_ros.engine import load_adapter  # noqa: E402
+from streamcache_ros.engine.models import BUNDLED_DIR  # noqa: E402
+
+FAMILIES = ["tiny-qwen2_5_vl", "tiny-llava_onevision"]
+
+
+@pytest.fixture(scope="session", params=FAMILIES)
+def adapter(request):
+    return load_adapter(request.param, device="cpu", dtype="float32")
+
+
+@pytest.fixture(scope="session")
+def qwen_adapter():
+    return load_adapter("tiny-qwen2_5_vl", device="cpu", dtype="float32")
+
+
+@pytest.fixture(scope="session")
+def llava_adapter():
+    return load_adapter("tiny-llava_onevision", device="cpu", dtype="float32")
+
+
+@pytest.fixture
+def frames():
+    """frames(n, start=0) -> list of RGB uint8 clip frames."""
+    return lambda n, start=0: list(clip.clip(n, start=start))
+
+
+def make_variant(tmp_path: pathlib.Path, name: str, **text_overrides) -> str:
+    """A copy of a bundled tiny model with some text-config fields changed (same weights)."""
+    out = tmp_path / f"{name}-variant"
+    shutil.copytree(BUNDLED_DIR / name, out)
+    config = json.loads((out / "config.json").read_text())
+    config["text_config"].update(text_overrides)
+    (out / "config.json").write_text(json.dumps(config))
+    return str(out)
