@@ -1,5 +1,7 @@
 # Source this (bash) for a shell with the venv, ROS 2 and the built interfaces:
 #   source scripts/env.sh
+# colcon's setup scripts read unset variables: relax nounset while sourcing, restore it after
+case $- in *u*) _sc_nounset=1; set +u ;; *) _sc_nounset=0 ;; esac
 _sc_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 # shellcheck disable=SC1091
 source "$_sc_root/.venv/bin/activate"
@@ -13,4 +15,5 @@ if [ -f "$_sc_root/install/setup.bash" ]; then
 fi
 export TRANSFORMERS_VERBOSITY=${TRANSFORMERS_VERBOSITY:-error}
 export HF_HUB_DISABLE_PROGRESS_BARS=1
-unset _sc_root
+[ "$_sc_nounset" = 1 ] && set -u
+unset _sc_root _sc_nounset

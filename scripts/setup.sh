@@ -40,7 +40,7 @@ fi
 # torch first and pinned: an unpinned torch (asked for by any later package) pulls a multi-GB CUDA build.
 if ! python -c 'import torch' 2>/dev/null; then
   log "installing torch==2.13.0"
-  pip_install "torch==2.13.0"
+  pip_install "torch==2.13.0" numpy
 fi
 TORCH_VERSION=$(python -c 'import torch; print(torch.__version__.split("+")[0])')
 log "torch $TORCH_VERSION"
