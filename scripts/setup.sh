@@ -71,7 +71,8 @@ fi
 log "building the interfaces and the package with colcon"
 mkdir -p "$ROOT/log"
 # colcon does not look inside a package for more packages: name the interface package's folder too.
-colcon build --base-paths . msg --event-handlers console_direct- --cmake-args -DBUILD_TESTING=OFF \
+# --symlink-install: install/ points at this checkout, so an edit is live without rebuilding.
+colcon build --symlink-install --base-paths . msg --event-handlers console_direct- --cmake-args -DBUILD_TESTING=OFF \
   -DPython3_EXECUTABLE="$VENV/bin/python" >"$ROOT/log/colcon-build.txt" 2>&1 \
   || { mkdir -p "$ROOT/log"; tail -n 60 "$ROOT/log/colcon-build.txt" >&2; log "colcon build failed (log/colcon-build.txt)"; exit 1; }
 
