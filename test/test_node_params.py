@@ -86,6 +86,12 @@ def test_camera_topics_are_validated(topics, words):
     assert err.value.parameter == "camera_topics" and words in str(err.value)
 
 
+def test_attention_backend_is_one_of_three():
+    with pytest.raises(ConfigError) as err:
+        params.validate_node_params({"camera_topics": ["/cam"], "attention": "fast"})
+    assert err.value.parameter == "attention" and "auto|sdpa|flash" in str(err.value)
+
+
 def test_relative_and_compressed_topics_are_fine():
     params.validate_node_params({"camera_topics": ["image_raw", "/cam/image_raw/compressed", "~/private"]})
 

@@ -130,9 +130,16 @@ class StreamCacheClient:
             raise NodeNotFound(f"action {self.namespace}/ask_action is not available")
         goal = self._types["AskAction"].Goal(question=question, options=list(options), camera=camera,
                                              max_new_tokens=max_new_tokens)
-        feedback = None
-        if on_text is not None:
-            def feedback(msg):  # noqa: E306
+        # Feedback and the result travel separately: the result can overtake the last pieces. Once
+        # it is here, late feedback is ignored and what is missing is handed over from the result.
+        shown = {"partial": "", "done": False}
+        lock = threading.Lock()
+
+        def feedback(msg):
+            with lock:
+                if shown["done"] or on_text is None:
+                    return
+                shown["partial"] = msg.feedback.partial_answer
                 on_text(msg.feedback.partial_answer, msg.feedback.new_text)
         handle = _wait(self._action.send_goal_async(goal, feedback_callback=feedback), timeout, "ask_action goal")
         if not handle.accepted:
@@ -150,7 +157,14 @@ class StreamCacheClient:
                 handle.cancel_goal_async()
                 raise TimeoutError(f"no ask_action result within {timeout} s (goal cancelled)")
             threading.Event().wait(0.02)
-        return result_future.result().result
+        result = result_future.result().result
+        with lock:
+            shown["done"] = True
+            received = shown["partial"].lstrip()  # the result's answer is stripped
+            if on_text is not None and result.answer.startswith(received) and len(result.answer) > len(received):
+                missing = result.answer[len(received):]
+                on_text(shown["partial"] + missing, missing)
+        return result
 
     def reset(self, timeout: float | None = 60.0):
         return self._request(self._reset, self._types["ResetMemory"].Request(), timeout, "reset_memory")

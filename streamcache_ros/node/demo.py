@@ -141,9 +141,11 @@ def run_demo(client, bag: pathlib.Path, node: subprocess.Popen) -> int:
     latest_diag: list = []
     diag_seen = threading.Event()
     chunks_seen = set()
+    replaying = threading.Event()
+    replaying.set()
 
     def on_status(m):
-        if m.chunks_encoded and m.chunks_encoded not in chunks_seen:
+        if replaying.is_set() and m.chunks_encoded and m.chunks_encoded not in chunks_seen:
             chunks_seen.add(m.chunks_encoded)
             print(f"  chunk {m.chunks_encoded:2d}: {m.frames_in_memory:3d} frames in memory, {m.kv_tokens:5d} KV tokens, "
                   f"{m.kv_bytes / 1024:6.0f} KiB | encode {m.encode_ms:5.1f} ms, prefill {m.prefill_ms:5.1f} ms, "
@@ -161,6 +163,8 @@ def run_demo(client, bag: pathlib.Path, node: subprocess.Popen) -> int:
     print(f"replaying {bag} in lock-step (every frame reaches the node), /clock from the bag", flush=True)
     replay = subprocess.run([sys.executable, "-m", "streamcache_ros.node.replay", str(bag), "--lock-step", "--fast",
                              "--clock", "--namespace", NAMESPACE], cwd=ROOT, env=child_env())
+    client.memory_status(timeout=10.0)  # the status after the last chunk has been printed
+    replaying.clear()
     if replay.returncode != 0:
         print(f"streamcache-replay failed (exit code {replay.returncode})", file=sys.stderr)
         return 1
@@ -181,7 +185,7 @@ def run_demo(client, bag: pathlib.Path, node: subprocess.Popen) -> int:
 
     def show(partial: str, new_text: str) -> None:
         pieces.append(new_text)
-        print(new_text, end="|", flush=True)
+        print(new_text, end="", flush=True)
 
     result = client.ask_streaming(STREAMED_QUESTION, max_new_tokens=24, on_text=show)
     print(f"\n     ({len(pieces)} feedback messages; result success={result.success}, "
@@ -194,7 +198,7 @@ def run_demo(client, bag: pathlib.Path, node: subprocess.Popen) -> int:
     print_status(client.memory_status(timeout=10.0))
     diag_seen.clear()
     if diag_seen.wait(timeout=5.0):
-        print("\n/diagnostics:")
+        print("\n/diagnostics (the camera is WARN, then ERROR, once the bag has ended: no frames since):")
         print_diagnostics(latest_diag[0], "streamcache_node")
     print("\nnote: the bundled tiny model has random weights: its answers are meaningless (README).")
     return 0 if node.poll() is None else 1

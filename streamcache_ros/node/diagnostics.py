@@ -79,17 +79,13 @@ class CameraTask:
 
 
 class NodeDiagnostics:
-    """Owns the Updater and its tasks for one node.
-
-    ``memory_status()`` returns the node's latest MemoryStatus message (the one source of the memory
-    and latency figures); ``context()`` returns a dict with "prefix_tokens", "chunk_span_s",
-    "chunk_error" (the last chunk failure's text), "active" (bool).
-    """
+    """Owns the Updater and its tasks for one node. ``memory_status`` and ``context`` as EngineTasks
+    takes them; the context also says "active" (bool)."""
 
     def __init__(self, node, memory_status: Callable, context: Callable[[], dict]):
         self.node = node
-        self.memory_status = memory_status
         self.context = context
+        self.engine = EngineTasks(memory_status, context)
         self.updater = updater_lib.Updater(node)
         self.updater.setHardwareID("none")
         # The Updater times itself by the node's clock; with use_sim_time that clock stops when a
@@ -100,7 +96,6 @@ class NodeDiagnostics:
         self._task_names: list[str] = []
         self._stamp_tasks = {}
         self._rate_tasks = {}
-        self._chunks_failed = 0
 
     @property
     def backend(self) -> str:
@@ -125,8 +120,8 @@ class NodeDiagnostics:
 
     def add_engine(self, model_id: str) -> None:
         self.updater.setHardwareID(model_id)
-        self._add(updater_lib.FunctionDiagnosticTask("memory", self.memory))
-        self._add(updater_lib.FunctionDiagnosticTask("latency", self.latency))
+        self._add(updater_lib.FunctionDiagnosticTask("memory", self.engine.memory))
+        self._add(updater_lib.FunctionDiagnosticTask("latency", self.engine.latency))
 
     def _add(self, task) -> None:
         self.updater.add(task)
@@ -149,7 +144,17 @@ class NodeDiagnostics:
         else:
             self._stamp_tasks[topic].tick(time.time() - (now_ns - stamp_ns) * 1e-9)
 
-    # -- tasks ----------------------------------------------------------------------------------
+
+class EngineTasks:
+    """The "memory" and "latency" statuses, from the node's MemoryStatus message (the one source of
+    those figures) and a context dict: "prefix_tokens", "chunk_span_s", "chunk_error" (the last chunk
+    failure's text), "gpu_total_bytes"."""
+
+    def __init__(self, memory_status: Callable, context: Callable[[], dict]):
+        self.memory_status = memory_status
+        self.context = context
+        self._chunks_failed = 0
+
     def memory(self, stat):
         m, ctx = self.memory_status(), self.context()
         video_max = max(m.layer_tokens) - ctx["prefix_tokens"] if len(m.layer_tokens) else 0

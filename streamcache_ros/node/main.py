@@ -35,11 +35,14 @@ def ros_arguments(argv: list[str]) -> list[str]:
     parser.add_argument("--params-file", action="append", default=[], help="a ROS 2 parameters YAML (repeatable)")
     parser.add_argument("--namespace", help="the node's namespace (the launch files use 'streamcache')")
     parser.add_argument("--name", help="the node's name (default streamcache_node)")
-    args = parser.parse_args(remove_ros_args(argv)[1:])
+    try:
+        own = remove_ros_args(argv)[1:]
+    except Exception as err:  # noqa: BLE001 - rcl's RCLInvalidROSArgsError: say it in one line
+        raise ValueError(f"bad --ros-args: {str(err).split(', at ')[0]}") from None
+    args = parser.parse_args(own)
     rules = []
     for path in args.params_file:
-        if not os.path.isfile(path):
-            raise FileNotFoundError(f"parameters file '{path}' does not exist")
+        check_params_file(path)
         rules += ["--params-file", path]
     if args.namespace:
         rules += ["-r", f"__ns:={'/' + args.namespace.lstrip('/')}"]
@@ -48,11 +51,29 @@ def ros_arguments(argv: list[str]) -> list[str]:
     return [argv[0]] + (["--ros-args", *rules, "--"] if rules else []) + argv[1:]
 
 
+def check_params_file(path: str) -> None:
+    """What rcl would refuse (with a log line of its own before the error) said in one line here."""
+    import yaml  # noqa: PLC0415
+
+    if not os.path.isfile(path):
+        raise ValueError(f"parameters file '{path}' does not exist")
+    try:
+        with open(path, encoding="utf-8") as f:
+            content = yaml.safe_load(f)
+    except (OSError, yaml.YAMLError) as err:
+        raise ValueError(f"parameters file '{path}' is not readable YAML: {str(err).splitlines()[0]}") from None
+    if not isinstance(content, dict) or not all(
+            isinstance(section, dict) and isinstance(section.get("ros__parameters"), dict)
+            for section in content.values()):
+        raise ValueError(f"parameters file '{path}' is not a ROS 2 parameters file "
+                         "(<node name or /**>: ros__parameters: {...})")
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv if argv is None else argv)
     try:
         args = ros_arguments(argv)
-    except FileNotFoundError as err:
+    except ValueError as err:
         return _fail(str(err))
 
     import rclpy  # noqa: PLC0415

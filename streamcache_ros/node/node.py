@@ -40,8 +40,10 @@ NODE_NAME = "streamcache_node"
 # A question longer than this many characters per allowed token cannot fit: refused before the
 # tokenizer sees it (a megabyte string must not cost a tokenizer pass).
 CHARS_PER_TOKEN_LIMIT = 16
-RELIABLE = QoSProfile(history=QoSHistoryPolicy.KEEP_LAST, depth=10, reliability=QoSReliabilityPolicy.RELIABLE,
-                      durability=QoSDurabilityPolicy.VOLATILE)
+# memory_status: one after each chunk, so a fast replay makes bursts; a deep history keeps a slow
+# reliable subscriber from losing any
+STATUS_QOS = QoSProfile(history=QoSHistoryPolicy.KEEP_LAST, depth=100, reliability=QoSReliabilityPolicy.RELIABLE,
+                        durability=QoSDurabilityPolicy.VOLATILE)
 # Frame acknowledgements: bursts of a fast lock-step replay must not overflow the queue.
 ACK_QOS = QoSProfile(history=QoSHistoryPolicy.KEEP_LAST, depth=1000, reliability=QoSReliabilityPolicy.RELIABLE,
                      durability=QoSDurabilityPolicy.VOLATILE)
@@ -155,7 +157,7 @@ class StreamCacheNode(LifecycleNode):
                                     goal_callback=lambda goal: GoalResponse.ACCEPT,
                                     cancel_callback=lambda handle: CancelResponse.ACCEPT,
                                     callback_group=self._action_group)
-        self.status_pub = self.create_publisher(MemoryStatus, "memory_status", RELIABLE)
+        self.status_pub = self.create_publisher(MemoryStatus, "memory_status", STATUS_QOS)
         self.ack_pub = self.create_publisher(Header, "frame_acks", ACK_QOS)
 
     def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:

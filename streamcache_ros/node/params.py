@@ -159,8 +159,15 @@ def read_all(node) -> dict[str, Any]:
     return out
 
 
+# string parameters whose every value is known here (the engine checks the rest in build_session)
+CHOICES = {"attention": ("auto", "sdpa", "flash")}
+
+
 def validate_node_params(values: dict[str, Any]) -> None:
     """What rclpy's descriptors cannot say; the engine checks its own parameters in build_session."""
+    for name, allowed in CHOICES.items():
+        if name in values and values[name] not in allowed:
+            raise ConfigError(name, f"'{values[name]}' is not one of {'|'.join(allowed)}")
     topics = values["camera_topics"]
     if not topics:
         raise ConfigError("camera_topics", "is empty: name at least one image topic")
