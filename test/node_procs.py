@@ -13,7 +13,6 @@ import subprocess
 import sys
 import tempfile
 import threading
-import time
 
 import rclpy
 from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor

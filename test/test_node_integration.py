@@ -8,6 +8,7 @@ two frames (Qwen2.5-VL's temporal patch). Timeouts only guard against hangs.
 """
 import json
 import subprocess
+import threading
 
 import numpy as np
 import pytest
@@ -296,6 +297,25 @@ def test_questions_while_frames_arrive_nothing_is_lost(client, domain, bags, pro
     # each question encoded the frames pending so far as a short chunk: a unit then holds one frame
     # instead of two, so the 8 units kept hold between 8 and 16 frames
     assert KEPT_UNITS <= final.frames_in_memory <= 2 * KEPT_UNITS
+
+
+def test_cancelling_the_action(client, domain, bags):
+    assert client.reset().success
+    replay(domain, bags["short"], "--fast")
+    before = client.memory_status()
+    # Cancel at the first piece of text. A random-weight model may end its answer (end-of-sequence)
+    # before the cancel arrives: then that question cannot show a cancel, and the next one is tried.
+    for question in ["Describe everything you saw in detail.", "Tell a long story about the shapes.",
+                     "List every colour you saw, one by one.", "What happened, frame by frame?"]:
+        cancel = threading.Event()
+        result = client.ask_streaming(question, max_new_tokens=1000, on_text=lambda *_: cancel.set(), cancel=cancel)
+        if result.error_message == "cancelled":
+            break
+    assert not result.success and result.error_message == "cancelled"
+    assert 1 <= result.answer_tokens < 1000  # stopped part-way, the partial answer returned
+    after = client.memory_status()
+    assert (after.kv_tokens, after.kv_bytes, after.frames_in_memory) == (before.kv_tokens, before.kv_bytes, 16)
+    assert client.ask("What is on the table?").success  # the node carries on
 
 
 def test_save_and_load_memory(client, domain, bags, tmp_path):

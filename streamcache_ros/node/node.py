@@ -14,7 +14,6 @@ lock: they publish the snapshot taken after the last chunk / question / reset.
 from __future__ import annotations
 
 import threading
-import time
 import traceback
 
 import torch

@@ -13,7 +13,6 @@ from typing import Any
 
 from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescriptor
 from rclpy.exceptions import InvalidParameterTypeException, InvalidParameterValueException, ParameterException
-from rclpy.parameter import Parameter
 from rclpy.validate_topic_name import validate_topic_name
 
 from ..engine.cache import POLICIES, policy_parameters
