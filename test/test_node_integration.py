@@ -169,9 +169,10 @@ def test_memory_stays_at_the_budget_over_a_long_replay(client, domain, bags, pro
     assert client.reset().success
     first = len(probe.statuses)
     replay(domain, bags["long"], "--fast")  # mcap, 200 frames: 100 sampled, 25 chunks
-    client.memory_status()  # one more status after the last chunk's
+    # a status after every chunk (published before the chunk's last frame was acknowledged)
+    probe.wait_for(lambda: set(range(1, 26)) <= {s.chunks_encoded for s in probe.statuses[first:]},
+                   what="a memory_status for each of the 25 chunks")
     seen = probe.statuses[first:]
-    assert set(range(1, 26)) <= {s.chunks_encoded for s in seen}  # a status after every chunk
     limit = geometry["prefix"] + geometry["budget"]  # the system prompt is kept on top of the budget
     assert all(max(s.layer_tokens) <= limit for s in seen)
     full = [s.kv_bytes for s in seen if s.frames_in_memory == 2 * KEPT_UNITS]
@@ -247,17 +248,18 @@ def test_bad_images_are_rejected_and_counted_while_good_ones_flow(client, probe)
     assert r.success and r.frames_in_memory == 4  # every good frame reached the memory
     assert near(r.oldest_stamp, t) and near(r.newest_stamp, t + 4 * S)
 
-    # the camera's diagnostics count each reason
+    # the camera's diagnostics count each reason (the second update from now ran after the frames)
     first = len(probe.diagnostics)
-    probe.wait_for(lambda: any(camera_status(a) for a in probe.diagnostics[first:]), what="/diagnostics")
-    values = {kv.key: kv.value for kv in next(camera_status(a) for a in probe.diagnostics[first:] if camera_status(a)).values}
+    probe.wait_for(lambda: len(probe.diagnostics) >= first + 2, what="/diagnostics")
+    values = {kv.key: kv.value for kv in camera_status(probe.diagnostics[first + 1]).values}
     for reason, count in {"encoding": 2, "step": 1, "empty": 1, "size": 1}.items():
         assert int(values[f"Rejected: {reason}"]) >= count  # counters are for the node's lifetime
     assert "unsupported encoding 'mono16'" in values["Last rejection"]
 
-    # only bad frames since the last update: the camera is ERROR, and says why
+    # only bad frames since the last update: the camera is ERROR, and says why. Two updates first:
+    # the second one surely ran after the good frames above (the first may have been on its way).
     mark = len(probe.diagnostics)
-    probe.wait_for(lambda: len(probe.diagnostics) > mark, what="/diagnostics")
+    probe.wait_for(lambda: len(probe.diagnostics) >= mark + 2, what="/diagnostics")
     mark = len(probe.diagnostics)
     for i in range(3):
         publish_acked(probe, publisher, image(t + (10 + i) * S, "yuv422"))
