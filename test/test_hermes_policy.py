@@ -32,10 +32,10 @@ class Toy:
     """A policy filled through ``attend`` with known raw keys; every token is its own unit, so a
     cached token can be traced back to its raw key after a shrink."""
 
-    def __init__(self, family, **params):
+    def __init__(self, family, num_layers=4, **params):
         torch.manual_seed(0)
         self.policy = make_policy("hermes", **params)
-        self.policy.setup(geometry(family))
+        self.policy.setup(geometry(family, num_layers))
         self.axes = self.policy.geometry.rotary.axes
         self.raw_keys, self.raw_values = {}, {}  # (layer, unit) -> [Hkv, D]
         self.next_unit = 0
@@ -194,3 +194,104 @@ def test_shift_reindex_falls_back_to_dense_ranks_when_the_chunks_do_not_fit():
     roomy.policy.shrink([keep] * 4, compact=True)
     assert roomy.policy.dense_fallbacks == 0
     assert roomy.policy.layers[0].positions[0, 3:].tolist() == [42.0, 82.0, 122.0, 162.0]
+
+
+# -- the whole step against a transcription of the reference's code (hermes_spec §7-§10) ---------------
+def _reference_rotate(keys, rotary, old, new):
+    """The reference's delta: cosΔ = cos_new·cos_old + sin_new·sin_old, sinΔ = sin_new·cos_old − cos_new·sin_old."""
+    cos_old, sin_old = rotary.cos_sin(old, torch.float32)
+    cos_new, sin_new = rotary.cos_sin(new, torch.float32)
+    cos_d = cos_new * cos_old + sin_new * sin_old
+    sin_d = sin_new * cos_old - cos_new * sin_old
+    half = keys.shape[-1] // 2
+    return keys * cos_d + torch.cat((-keys[..., half:], keys[..., :half]), dim=-1) * sin_d
+
+
+def _reference_step(keys, values, positions, attention, prefix_len, kv_size, qwen, streaming, threshold, rotary):
+    """prune_kv_cache_by_attention + _shrink_positions_and_rerotate_keys, written out as the spec quotes
+    them (one loop per stage, no shared helpers), on per-layer lists of tensors."""
+    layers = len(keys)
+    short_end, long_start = int(layers * 0.1), int(layers * (1 - 0.3))
+    raw, configs = [], []
+    for layer in range(layers):
+        if layer < short_end:
+            kind, alpha, k = "short", 1, 20
+        elif layer >= long_start:
+            kind, alpha, k = "long", 0, 0.0
+        else:
+            progress = (layer - short_end) / (long_start - short_end)
+            kind = "mid"
+            alpha, k = (0.75 - 0.6 * progress, 20 - 12 * progress) if qwen else (1.0 - 0.9 * progress,
+                                                                                 20 - 19.5 * progress)
+        attn = attention[layer]
+        count = attn.shape[0]
+        index = torch.arange(count, dtype=torch.float32)
+        rec = torch.exp(-k * ((count - 1 - index) / max(count - 1, 1)))
+        attn_norm = (attn - attn.min()) / (attn.max() - attn.min() + 1e-6)
+        rec_norm = (rec - rec.min()) / (rec.max() - rec.min() + 1e-6)
+        raw.append(attn_norm * (1 - alpha) + rec_norm * alpha)
+        budget = max(0, kv_size - 1) if kind == "long" else kv_size
+        configs.append((min(budget, count), kind))
+    refined = [r.clone() for r in raw]
+    for i in range(layers - 2, -1, -1):
+        gamma = {"long": 0.4, "mid": 0.3, "short": 0.1}[configs[i][1]]
+        refined[i] = (1 - gamma) * refined[i] + gamma * refined[i + 1]
+    keeps = [torch.cat((torch.arange(prefix_len), torch.sort(torch.topk(score, n, sorted=False)[1] + prefix_len)[0]))
+             for score, (n, _) in zip(refined, configs)]
+    current_max = max(float(p.max()) if qwen else float(p[0, -1]) for p in positions)
+    compact = (current_max > threshold) if streaming else True
+    out = []
+    for layer in range(layers):
+        safe = torch.unique(keeps[layer], sorted=True)
+        k_kept, v_kept = keys[layer][:, :, safe], values[layer][:, :, safe]
+        old = positions[layer][:, safe]
+        new = old.clone()
+        if compact:
+            if qwen:
+                for axis in range(3):
+                    _, inverse = torch.unique(old[axis, prefix_len:], sorted=True, return_inverse=True)
+                    new[axis, prefix_len:] = (torch.arange(inverse.max() + 1) + prefix_len)[inverse].float()
+            else:
+                new = torch.arange(len(safe), dtype=torch.float32)[None]
+            k_kept = _reference_rotate(k_kept, rotary, old, new)
+        if layer >= long_start:
+            mask = torch.ones(keys[layer].shape[2], dtype=torch.bool)
+            mask[safe] = False
+            pruned = torch.nonzero(mask).squeeze(1)
+            if pruned.numel() > 0:
+                if qwen:
+                    s = new.max().item() + 1
+                else:
+                    s = len(safe) if compact else new[0, -1].item() + 1
+                target = torch.full((rotary.axes, pruned.numel()), float(s))
+                aligned = _reference_rotate(keys[layer][:, :, pruned], rotary, positions[layer][:, pruned], target)
+                k_kept = torch.cat((k_kept, aligned.mean(dim=2, keepdim=True)), dim=2)
+                v_kept = torch.cat((v_kept, values[layer][:, :, pruned].mean(dim=2, keepdim=True)), dim=2)
+                new = torch.cat((new, torch.full((rotary.axes, 1), float(s))), dim=1)
+        out.append((k_kept, v_kept, new))
+    return out
+
+
+@pytest.mark.parametrize("family, mode", [("llava_onevision", "lazy"), ("llava_onevision", "eager"),
+                                          ("qwen2_5_vl", "lazy"), ("qwen2_5_vl", "eager")])
+def test_a_whole_step_matches_the_reference_transcription_on_28_layers(family, mode):
+    qwen = family == "qwen2_5_vl"
+    params = {"qwen_reindex": "dense_rank", "qwen_rope": "layer0"} if qwen else {}
+    toy = Toy(family, num_layers=28, budget_tokens=10, reindex=mode, **params)
+    policy = toy.policy
+    for chunk in range(3):  # 3 prefix tokens + 3 chunks of 8: 24 candidates, 10 slots
+        toy.add(chunk_rel(toy.axes, 2) + policy.layers[0].next_offset(), chunk=chunk)
+    policy.shrink(policy.plan([torch.rand(24) for _ in range(28)], 3), compact=mode == "eager")  # a summary
+    toy.add(chunk_rel(toy.axes, 2) + policy.layers[0].next_offset(), chunk=3)
+    stores = [(s.keys.clone(), s.values.clone(), s.positions.clone()) for s in policy.layers]
+    count = len(policy.layers[0]) - 3
+    attention = [torch.rand(count) for _ in range(28)]
+    expected = _reference_step(*zip(*stores), attention, 3, 10, qwen, mode == "lazy",
+                               policy.reindex_threshold(), policy.geometry.rotary)
+    # the policy skips the attention of layers with ω = 1 (it has weight 0): give it None there
+    given = [None if omega == 1.0 else attn for (omega, _), attn in zip(policy.schedule, attention)]
+    policy.shrink(policy.plan(given, 3), compact=mode == "eager")
+    for layer, (store, (k, v, positions)) in enumerate(zip(policy.layers, expected)):
+        assert store.positions.tolist() == positions.tolist(), layer
+        torch.testing.assert_close(store.keys, k, atol=1e-4, rtol=0)
+        torch.testing.assert_close(store.values, v, atol=1e-6, rtol=0)
