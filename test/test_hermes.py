@@ -8,7 +8,7 @@ import yaml
 
 from streamcache_ros.engine import Session, SessionConfig, load_adapter, make_policy
 from streamcache_ros.engine.adapters.base import project_qk
-from streamcache_ros.engine.cache import SUMMARY_UNIT, policy_parameters
+from streamcache_ros.engine.cache import SUMMARY_UNIT, ChunkContext, policy_parameters
 from streamcache_ros.engine.cache.hermes import HermesPolicy
 from streamcache_ros.engine.cache.hermes_rules import guidance_prompts
 from streamcache_ros.engine.cache.rope import apply_rotary
@@ -238,3 +238,42 @@ def test_config_file_lists_every_parameter_with_its_default():
     params = yaml.safe_load((ROOT / "config" / "hermes.yaml").read_text())["/**"]["ros__parameters"]
     assert params["policy"] == "hermes" and params["budget_tokens"] == 6000
     assert params["hermes"] == policy_parameters("hermes")
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_guidance_attention_matches_a_manual_pass_with_the_models_own_rope(family, frames, request):
+    """hermes_spec §6, computed here from the transformers modules: embeddings -> input_layernorm_l ->
+    q/k projections -> the model's rotary embedding at the layer's next positions -> softmax over the
+    layer's cached keys and the guidance keys -> mean over heads, candidates, mean over tokens."""
+    adapter = request.getfixturevalue("qwen_adapter" if "qwen" in family else "llava_adapter")
+    session = Session(adapter, make_policy("hermes", budget_tokens=BUDGET), SessionConfig(chunk_frames=4))
+    list(feed(session, frames(16)))
+    policy = session.policy
+    prefix = len(adapter.prefix_ids)
+    attention = policy.layer_attention(ChunkContext(0, guidance=adapter.guidance), prefix)
+    text = guidance_prompts([])
+    model = adapter.text_model
+    with torch.inference_mode():
+        for layer_index, role in enumerate(policy.roles):
+            if attention[layer_index] is None:
+                continue
+            prompt = text["global" if role == "deep" else "mixed"]
+            ids = adapter.tokenizer(prompt, add_special_tokens=False).input_ids
+            store = policy.layers[layer_index]
+            layer = model.layers[layer_index]
+            hidden = layer.input_layernorm(model.embed_tokens(torch.tensor([ids])))
+            heads, kv_heads = model.config.num_attention_heads, model.config.num_key_value_heads
+            dim = layer.self_attn.head_dim
+            q = layer.self_attn.q_proj(hidden).view(1, len(ids), heads, dim).transpose(1, 2)
+            k = layer.self_attn.k_proj(hidden).view(1, len(ids), kv_heads, dim).transpose(1, 2)
+            start = int(store.positions.max()) + 1
+            pos = torch.arange(start, start + len(ids))[None]
+            cos, sin = model.rotary_emb(hidden, pos.expand(3, 1, -1) if "qwen" in family else pos)
+            cos, sin = cos[:, None], sin[:, None]
+            half = dim // 2
+            turn = lambda x: torch.cat((-x[..., half:], x[..., :half]), dim=-1)  # noqa: E731
+            q, k = q * cos + turn(q) * sin, k * cos + turn(k) * sin
+            keys = torch.cat((store.keys, k), dim=2).repeat_interleave(heads // kv_heads, dim=1)
+            weights = torch.softmax(q @ keys.transpose(-1, -2) / dim ** 0.5, dim=-1)
+            expected = weights[0].mean(0)[:, prefix:-len(ids)].mean(0)
+            torch.testing.assert_close(attention[layer_index], expected, atol=1e-6, rtol=1e-4)

@@ -198,7 +198,8 @@ def test_shift_reindex_falls_back_to_dense_ranks_when_the_chunks_do_not_fit():
 
 # -- the whole step against a transcription of the reference's code (hermes_spec §7-§10) ---------------
 def _reference_rotate(keys, rotary, old, new):
-    """The reference's delta: cosΔ = cos_new·cos_old + sin_new·sin_old, sinΔ = sin_new·cos_old − cos_new·sin_old."""
+    """The reference's delta (reindex_1d.py): cosΔ = cos_new·cos_old + sin_new·sin_old,
+    sinΔ = sin_new·cos_old − cos_new·sin_old."""
     cos_old, sin_old = rotary.cos_sin(old, torch.float32)
     cos_new, sin_new = rotary.cos_sin(new, torch.float32)
     cos_d = cos_new * cos_old + sin_new * sin_old
