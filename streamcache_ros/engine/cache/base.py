@@ -238,12 +238,16 @@ class LayerwisePolicy(CachePolicy):
     def attend(self, layer, q, k, v, new, key_filter=None):
         store = self.layers[layer]
         positions = new.rel_positions.to(q.device) + store.next_offset()
-        cos, sin = self.geometry.rotary.cos_sin(positions, q.dtype)
+        cos, sin = self.geometry.rotary.cos_sin(self.rotary_positions(layer, positions, new), q.dtype)
         q = apply_rotary(q, cos, sin)
         k = apply_rotary(k, cos, sin)
         store.append(k, v, positions, new.units, new.chunks)
         key_mask = None if key_filter is None else store.key_mask(key_filter)
         return cached_attention(q, store.keys, store.values, key_mask, self.geometry.attention_backend)
+
+    def rotary_positions(self, layer: int, positions: torch.Tensor, new: NewTokens) -> torch.Tensor:
+        """Where ``layer``'s new tokens are rotated: at the positions recorded for them."""
+        return positions
 
     def after_chunk(self, context: ChunkContext) -> dict[str, Any]:
         report = self.compress(context) or {}
