@@ -8,10 +8,12 @@ from .base import (PREFIX_UNIT, SUMMARY_UNIT, TEXT_UNIT, CacheGeometry, CachePol
                    ChunkContext, LayerwisePolicy, NewTokens)
 from .fifo import FifoCachePolicy
 from .full import FullCachePolicy
+from .h2svc import H2svcPolicy
 
 POLICIES: dict[str, type[CachePolicy]] = {
     FullCachePolicy.name: FullCachePolicy,
     FifoCachePolicy.name: FifoCachePolicy,
+    H2svcPolicy.name: H2svcPolicy,
 }
 
 
