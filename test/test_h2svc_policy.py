@@ -32,7 +32,8 @@ def make(tmp_path, kinds, group=2, rope=True, max_pos=100_000, dtype=torch.float
     geometry = CacheGeometry(num_layers=len(kinds), num_q_heads=len(kinds[0]) * group, num_kv_heads=len(kinds[0]),
                              head_dim=D, dtype=dtype, device=torch.device("cpu"), rotary=RotarySpec(inv_freq),
                              max_position_embeddings=max_pos, model_id=model_id, config_hash="c0ffee")
-    policy = make_policy("h2svc", head_map_path=str(tmp_path / "map.json"), ratios=ratios, **params)
+    params.setdefault("ratios", ratios)
+    policy = make_policy("h2svc", head_map_path=str(tmp_path / "map.json"), **params)
     policy.setup(geometry)
     return policy
 
@@ -149,6 +150,39 @@ def test_frame_vector_is_the_mean_value_of_the_frame(tmp_path):
     values = torch.randn(1, 2, 3, D)
     stream.frame(1, n_f=3, values=values)
     torch.testing.assert_close(policy.trajectory.vec[:, 0], values[0].mean(dim=1))
+
+
+def test_flatten_frame_vector_sees_motion_that_the_mean_washes_out(tmp_path):
+    """Two tokens swap places every frame (an object crossing a background): the mean Value never
+    moves, so with 'mean' every interior frame scores 0; token-aligned 'flatten' sees the zig-zag."""
+    a, b = torch.zeros(D), torch.ones(D)
+    scores = {}
+    for vector in ("mean", "flatten"):
+        policy = make(tmp_path, [[2]], group=1, n_e=4, frame_vector=vector)
+        stream = Stream(policy, prefix=1)
+        for t in range(1, 5):
+            pair = (a, b) if t % 2 else (b, a)
+            stream.frame(t, n_f=2, values=torch.stack(pair)[None, None])
+        scores[vector] = [policy.trajectory.score_of(0, t) for t in (2, 3)]
+        assert policy.trajectory.vec.shape[-1] == (D if vector == "mean" else 2 * D)
+    assert scores["mean"] == [0.0, 0.0] and min(scores["flatten"]) > 1.0
+
+
+def test_flatten_needs_the_same_tokens_per_frame(tmp_path):
+    policy = make(tmp_path, [[2]], group=1, frame_vector="flatten")
+    stream = Stream(policy, prefix=1)
+    stream.frame(1, n_f=2)
+    with pytest.raises(ValueError, match="'flatten' needs the same tokens per frame"):
+        stream.frame(2, n_f=3)
+
+
+def test_layer_granularity_gives_every_head_of_a_layer_one_bank(tmp_path):
+    kinds = [[0, 2], [2, 1], [1, 1], [2, 0], [2, 2], [1, 1], [2, 0], [1, 2], [1, 2], [0, 2]]
+    policy = make(tmp_path, kinds, granularity="layer", ratios=[0.1, 0.4, 0.5])
+    banks = policy.bank_id
+    assert (banks[:, 0] == banks[:, 1]).all()
+    assert [int((banks[:, 0] == b).sum()) for b in range(3)] == [1, 4, 5]  # 10 layers: 10/40/50
+    assert all(len(layer) == 1 for layer in policy.banks)
 
 
 # -- memory held ------------------------------------------------------------------------------------------

@@ -1,11 +1,14 @@
 """H2SVC in the streaming session on the bundled tiny models: equivalence with the full cache,
 memory held, the worked example, questions, failures, snapshots, the factory's errors."""
 import json
+import pathlib
 
 import pytest
 import torch
+import yaml
 
 from streamcache_ros.engine import ChunkError, ConfigError, Session, SessionConfig, SnapshotError, make_policy
+from streamcache_ros.engine.cache import policy_parameters
 from streamcache_ros.engine.cache.h2svc import HEAD_MAP_FILE
 from streamcache_ros.engine.cache.sap import HeadMap
 from streamcache_ros.engine.factory import build_session
@@ -202,3 +205,14 @@ def test_factory_passes_h2svc_parameters_and_refuses_bad_ones():
     assert session.policy.windows == (2, 16) and session.status().cache.extra["split"] == [2, 2, 4]
     with pytest.raises(ConfigError, match="parameter 'h2svc': n_e must be >= 2"):
         build_session({"policy": "h2svc", "h2svc.n_e": 1, "device": "cpu"})
+
+
+def test_config_file_holds_the_spec_defaults():
+    params = yaml.safe_load((pathlib.Path(__file__).resolve().parents[1] / "config" / "h2svc.yaml").read_text())
+    params = params["/**"]["ros__parameters"]
+    assert params["policy"] == "h2svc"
+    defaults = {k: v for k, v in policy_parameters("h2svc").items() if k not in ("reindex", "reindex_margin")}
+    assert params["h2svc"] == defaults
+    assert (defaults["w_s"], defaults["w_w"], defaults["n_e"], defaults["ratios"]) == (4, 16, 64, [0.1, 0.4, 0.5])
+    flat = {"policy": "h2svc", **{f"h2svc.{k}": v for k, v in params["h2svc"].items()}, "device": "cpu"}
+    assert build_session(flat).policy.config_dict()["w_w"] == 16
