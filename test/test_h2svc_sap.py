@@ -290,4 +290,5 @@ def test_profile_command_entry_point_reports_bad_input(tmp_path):
                            str(tmp_path / "nothing"), "--output", str(tmp_path / "x.json")],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 2
-    assert done.stderr.strip().splitlines()[-1] == f"streamcache-profile: --input '{tmp_path / 'nothing'}' does not exist"
+    missing = tmp_path / "nothing"
+    assert done.stderr.strip().splitlines()[-1] == f"streamcache-profile: --input '{missing}' does not exist"

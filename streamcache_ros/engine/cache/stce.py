@@ -4,7 +4,8 @@ Each episodic KV head keeps its frames as a doubly linked list in time order, on
 (the mean Value of the frame's tokens) per frame. An interior frame j with bank neighbours p, n
 scores
 
-    I(j) = (1 - cos(v_in, v_out)) · min(|v_in|, |v_out|) · ln(t_n - t_p),   v_in = V̄_j - V̄_p, v_out = V̄_n - V̄_j
+    I(j) = (1 - cos(v_in, v_out)) · min(|v_in|, |v_out|) · ln(t_n - t_p)
+    with v_in = V̄_j - V̄_p and v_out = V̄_n - V̄_j
 
 and when the bank holds one frame too many, the interior frame with the lowest I (ties: the oldest)
 leaves. Endpoints are never evicted. Only the frames whose neighbours changed are rescored: the old
@@ -164,7 +165,8 @@ class TrajectoryBank:
         return {"t": self.t.clone(), "prev": self.prev.clone(), "next": self.next.clone(),
                 "score": self.score.clone(), "vec": self.vec, "oldest": self.oldest.clone(),
                 "newest": self.newest.clone(), "free": self.free.clone(), "count": self.count,
-                "arrivals": self.arrivals, "evictions": self.evictions, "last_evaluations": self.last_evaluations.clone()}
+                "arrivals": self.arrivals, "evictions": self.evictions,
+                "last_evaluations": self.last_evaluations.clone()}
 
     def restore(self, snap: dict[str, Any]) -> None:
         for key in ("t", "prev", "next", "score", "oldest", "newest", "free", "last_evaluations"):
