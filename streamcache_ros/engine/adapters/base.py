@@ -49,7 +49,9 @@ class VisionEncoder(abc.ABC):
 
 def config_fingerprint(config) -> str:
     """A short hash of a model config: tells two models (or an exported encoder's source) apart."""
-    text = json.dumps(config.to_dict(), sort_keys=True, default=str)
+    data = config.to_dict()
+    data.pop("_name_or_path", None)  # where it was loaded from is not what it is
+    text = json.dumps(data, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -188,6 +190,7 @@ class ModelAdapter(abc.ABC):
             num_kv_heads=cfg.num_key_value_heads, head_dim=head_dim, dtype=self.dtype, device=self.device,
             rotary=self.rotary_spec(), max_position_embeddings=cfg.max_position_embeddings,
             model_family=self.family, attention_backend=self.attention_backend,
+            model_id=self.model_id, config_hash=self.config_hash,
         )
 
     # -- text -------------------------------------------------------------------------------------
