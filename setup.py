@@ -25,6 +25,7 @@ setup(
     entry_points={
         "console_scripts": [
             "streamcache-demo = streamcache_ros.demo:main",
+            "streamcache-export-encoder = streamcache_ros.tools.export_encoder:main",
         ],
     },
 )
