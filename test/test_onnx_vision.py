@@ -225,3 +225,20 @@ def test_frames_of_another_size_are_refused_per_chunk_and_memory_is_unchanged(ex
     assert after.cache.layer_tokens == before.cache.layer_tokens
     assert after.frames_in_memory == before.frames_in_memory == 2
     assert after.chunks_failed == 1
+
+
+def test_the_benchmark_runs_and_writes_its_table(tmp_path):
+    """bench/encoder_backends.py on the tiny models, one run each: the README's figures stay re-makable."""
+    out = tmp_path / "encoder_backends.json"
+    env = dict(os.environ, PYTHONPATH=f"{ROOT}:{os.environ.get('PYTHONPATH', '')}")
+    done = subprocess.run([sys.executable, "bench/encoder_backends.py", "--only-tiny", "--reps", "1",
+                           "--out", str(out)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "| torch / ort |" in done.stdout
+    rows = json.loads(out.read_text())["rows"]
+    assert [r["model"] for r in rows] == ["tiny-qwen2_5_vl", "tiny-llava_onevision"]
+    for row in rows:
+        assert row["providers"] == ["CPUExecutionProvider"]
+        assert row["max_abs_diff"] <= EMBED_ATOL
+        assert len(row["times_s"]["torch"]) == len(row["times_s"]["onnxruntime"]) == 4
+        assert row["ratio_torch_over_ort"] == pytest.approx(row["torch_ms"] / row["onnxruntime_ms"])

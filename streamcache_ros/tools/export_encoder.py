@@ -65,8 +65,11 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     from ..engine.adapters import load_adapter  # noqa: PLC0415
-    from ..engine.adapters.onnx_export import DEFAULT_OPSET, export_vision_encoder, sidecar_path  # noqa: PLC0415
+    from ..engine.adapters.onnx_export import (DEFAULT_OPSET, export_vision_encoder, quiet_exporter_logs,  # noqa
+                                               sidecar_path)
     from ..engine.errors import StreamCacheError  # noqa: PLC0415
+
+    quiet_exporter_logs()
 
     try:
         adapter = load_adapter(args.model, device="cpu", dtype="float32")
@@ -79,6 +82,13 @@ def main(argv=None) -> int:
     except OSError as err:
         print(f"streamcache-export-encoder: cannot write to '{args.out}': {err}", file=sys.stderr)
         return 2
+    except ValueError as err:  # e.g. a frame size the processor cannot take
+        print(f"streamcache-export-encoder: {err}", file=sys.stderr)
+        return 2
+    except Exception as err:  # the exporter's own errors: one line, the report is in its output above
+        print(f"streamcache-export-encoder: export failed: {type(err).__name__}: {str(err).splitlines()[0]}",
+              file=sys.stderr)
+        return 1
     side = sidecar_path(onnx_path)
     sidecar = json.loads(side.read_text())
     print(f"wrote {onnx_path} and {side.name}: model '{sidecar['model_id']}', config {sidecar['config_hash']}, "

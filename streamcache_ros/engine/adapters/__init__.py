@@ -1,6 +1,7 @@
 """Model adapters (one file per family) and the loader that picks one from a model's config."""
 from __future__ import annotations
 
+import importlib
 import os
 
 import torch
@@ -17,6 +18,11 @@ ADAPTERS: dict[str, type[ModelAdapter]] = {
     "llava_onevision": LlavaOnevisionAdapter,
 }
 VISION_BACKENDS = ("torch", "onnxruntime")
+PIL_IMAGE_PROCESSORS = {
+    "qwen2_5_vl": ("transformers.models.qwen2_vl.image_processing_pil_qwen2_vl", "Qwen2VLImageProcessorPil"),
+    "llava_onevision": ("transformers.models.llava_onevision.image_processing_pil_llava_onevision",
+                        "LlavaOnevisionImageProcessorPil"),
+}
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
@@ -55,7 +61,7 @@ def load_adapter(model_path: str, device: str = "auto", dtype: str = "auto", att
 
     ``vision_backend='onnxruntime'`` runs the vision encoder from ``vision_onnx_path`` (written by
     streamcache-export-encoder) on ``vision_onnx_providers`` ('auto': TensorRT, CUDA, CPU)."""
-    from transformers import AutoConfig, AutoImageProcessor, AutoTokenizer  # noqa: PLC0415
+    from transformers import AutoConfig, AutoTokenizer  # noqa: PLC0415
 
     if vision_backend not in VISION_BACKENDS:
         raise ConfigError("vision_backend", f"unknown vision backend '{vision_backend}' "
@@ -83,7 +89,7 @@ def load_adapter(model_path: str, device: str = "auto", dtype: str = "auto", att
     try:
         model = model_cls.from_pretrained(resolved, dtype=torch_dtype, attn_implementation=backend_attn)
         tokenizer = AutoTokenizer.from_pretrained(resolved)
-        image_processor = AutoImageProcessor.from_pretrained(resolved)
+        image_processor = load_image_processor(resolved, config.model_type)
     except (OSError, ValueError) as err:
         raise ModelLoadError(f"model_path '{model_path}': {str(err).splitlines()[0]}") from None
     model.to(torch_device).eval()
@@ -92,6 +98,18 @@ def load_adapter(model_path: str, device: str = "auto", dtype: str = "auto", att
     if vision_backend == "onnxruntime":
         adapter.vision_encoder = OnnxVisionEncoder(vision_onnx_path, adapter, providers=vision_onnx_providers)
     return adapter
+
+
+def load_image_processor(path: str, model_type: str, **overrides):
+    """The model's image processor. Without torchvision, transformers 5.24 falls back to the PIL
+    processors by itself; 5.17's AutoImageProcessor refuses to load, so take the PIL class here."""
+    from transformers import AutoImageProcessor  # noqa: PLC0415
+
+    try:
+        return AutoImageProcessor.from_pretrained(path, **overrides)
+    except ImportError:
+        module, name = PIL_IMAGE_PROCESSORS[model_type]
+        return getattr(importlib.import_module(module), name).from_pretrained(path, **overrides)
 
 
 def _model_class(model_type: str):
@@ -114,5 +132,5 @@ def _model_id(model_path: str, resolved: str) -> str:
     return os.path.basename(os.path.normpath(resolved))
 
 
-__all__ = ["ADAPTERS", "VISION_BACKENDS", "ModelAdapter", "OnnxVisionEncoder", "VisionEncoder", "VisionInputs", "load_adapter", "match_option",
-           "resolve_device", "resolve_dtype"]
+__all__ = ["ADAPTERS", "VISION_BACKENDS", "ModelAdapter", "OnnxVisionEncoder", "VisionEncoder", "VisionInputs",
+           "load_adapter", "load_image_processor", "match_option", "resolve_device", "resolve_dtype"]

@@ -240,6 +240,18 @@ def export_vision_encoder(adapter: ModelAdapter, out_dir: str | os.PathLike, fra
     return onnx_path
 
 
+def quiet_exporter_logs() -> None:
+    """Silence the exporter's notes that do not concern this graph ("torchvision is not installed.
+    Skipping torchvision::nms", a deprecation warning from torch.export's pytree)."""
+    import logging  # noqa: PLC0415
+    import warnings  # noqa: PLC0415
+
+    import torch.onnx  # noqa: F401, PLC0415 - first: importing it resets the torch.* log levels
+
+    logging.getLogger("torch.onnx").setLevel(logging.ERROR)
+    warnings.filterwarnings("ignore", message=".*LeafSpec.*", category=FutureWarning)
+
+
 def _transformers_version() -> str:
     import transformers  # noqa: PLC0415
 
