@@ -26,6 +26,7 @@ setup(
         "console_scripts": [
             "streamcache-demo = streamcache_ros.demo:main",
             "streamcache-profile = streamcache_ros.tools.profile_heads:main",
+            "streamcache-export-encoder = streamcache_ros.tools.export_encoder:main",
         ],
     },
 )

@@ -47,12 +47,19 @@ class VisionEncoder(abc.ABC):
     def __call__(self, tensors: dict[str, torch.Tensor]) -> torch.Tensor: ...
 
 
-def config_fingerprint(config) -> str:
-    """A short hash of a model config: tells two models (or an exported encoder's source) apart."""
+def config_fingerprint(config, ignore: tuple[str, ...] = ()) -> str:
+    """A short hash of a model config: tells two models (or an exported encoder's source) apart.
+    Keys named in ``ignore`` are left out at every level (e.g. the dtype a model was loaded in)."""
     data = config.to_dict()
     data.pop("_name_or_path", None)  # where it was loaded from is not what it is
-    text = json.dumps(data, sort_keys=True, default=str)
+    text = json.dumps(_without_keys(data, set(ignore)), sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _without_keys(value, ignore: set[str]):
+    if isinstance(value, dict):
+        return {k: _without_keys(v, ignore) for k, v in value.items() if k not in ignore}
+    return value
 
 
 def build_mc_query(question: str, options: list[str]) -> str:
