@@ -30,6 +30,8 @@ setup(
             "streamcache-replay = streamcache_ros.node.replay:main",
             "streamcache-make-bag = streamcache_ros.bagfile:main",
             "streamcache-node-demo = streamcache_ros.node.demo:main",
+            "streamcache-profile = streamcache_ros.tools.profile_heads:main",
+            "streamcache-export-encoder = streamcache_ros.tools.export_encoder:main",
         ],
     },
 )

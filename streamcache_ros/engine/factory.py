@@ -18,7 +18,7 @@ from .session import Session, SessionConfig
 
 ENGINE_DEFAULTS: dict[str, Any] = {
     "model_path": DEFAULT_MODEL,
-    "policy": "fifo",
+    "policy": "hermes",
     "budget_tokens": 6000,
     "sample_fps": 1.0,
     "chunk_frames": 8,
@@ -30,6 +30,9 @@ ENGINE_DEFAULTS: dict[str, Any] = {
     "repetition_penalty": 1.0,
     "reindex": "lazy",
     "reindex_margin": 1024,
+    "vision_backend": "torch",  # torch | onnxruntime
+    "vision_onnx_path": "",  # the .onnx file (or its directory) from streamcache-export-encoder
+    "vision_onnx_providers": "auto",  # auto = TensorRT, CUDA, CPU as available; or e.g. "cuda,cpu"
 }
 # The policies that take a token budget; the others ignore budget_tokens.
 BUDGETED = {"fifo", "hermes"}
@@ -55,7 +58,9 @@ def build_session(params: dict[str, Any]) -> Session:
     if p["reindex"] not in ("lazy", "eager"):
         raise ConfigError("reindex", f"must be 'lazy' or 'eager', got '{p['reindex']}'")
     adapter = load_adapter(str(p["model_path"]), device=str(p["device"]), dtype=str(p["dtype"]),
-                           attention=str(p["attention"]), sample_fps=float(p["sample_fps"]))
+                           attention=str(p["attention"]), sample_fps=float(p["sample_fps"]),
+                           vision_backend=str(p["vision_backend"]), vision_onnx_path=str(p["vision_onnx_path"]),
+                           vision_onnx_providers=p["vision_onnx_providers"])
     kwargs = {"reindex": p["reindex"], "reindex_margin": int(p["reindex_margin"]),
               **policy_params(p, p["policy"])}
     if p["policy"] in BUDGETED:

@@ -51,6 +51,9 @@ DESCRIPTIONS = {
     "repetition_penalty": "Greedy decoding's repetition penalty (1.0 = none)",
     "reindex": "Position re-index: lazy (near max_position_embeddings) | eager (after every chunk)",
     "reindex_margin": "Lazy re-index starts this many positions before max_position_embeddings",
+    "vision_backend": "Vision encoder: torch | onnxruntime",
+    "vision_onnx_path": "The .onnx file (or its directory) from streamcache-export-encoder (vision_backend onnxruntime)",
+    "vision_onnx_providers": "onnxruntime execution providers: auto (TensorRT, CUDA, CPU as available) or e.g. 'cuda,cpu'",
 }
 RANGES = {
     "budget_tokens": (1, BIG), "sample_fps": (0.001, 1000.0), "chunk_frames": (1, 4096),

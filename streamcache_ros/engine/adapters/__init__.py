@@ -1,6 +1,7 @@
 """Model adapters (one file per family) and the loader that picks one from a model's config."""
 from __future__ import annotations
 
+import importlib
 import os
 
 import torch
@@ -9,11 +10,18 @@ from ..errors import ConfigError, ModelLoadError
 from ..models import resolve_model_path
 from .base import ModelAdapter, VisionEncoder, VisionInputs, match_option
 from .llava_onevision import LlavaOnevisionAdapter
+from .onnx_vision import OnnxVisionEncoder, resolve_onnx_path
 from .qwen2_5_vl import Qwen25VLAdapter
 
 ADAPTERS: dict[str, type[ModelAdapter]] = {
     "qwen2_5_vl": Qwen25VLAdapter,
     "llava_onevision": LlavaOnevisionAdapter,
+}
+VISION_BACKENDS = ("torch", "onnxruntime")
+PIL_IMAGE_PROCESSORS = {
+    "qwen2_5_vl": ("transformers.models.qwen2_vl.image_processing_pil_qwen2_vl", "Qwen2VLImageProcessorPil"),
+    "llava_onevision": ("transformers.models.llava_onevision.image_processing_pil_llava_onevision",
+                        "LlavaOnevisionImageProcessorPil"),
 }
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
@@ -46,11 +54,20 @@ def _looks_like_path(path: str) -> bool:
 
 
 def load_adapter(model_path: str, device: str = "auto", dtype: str = "auto", attention: str = "auto",
-                 sample_fps: float = 1.0) -> ModelAdapter:
+                 sample_fps: float = 1.0, vision_backend: str = "torch", vision_onnx_path: str = "",
+                 vision_onnx_providers: str | list[str] = "auto") -> ModelAdapter:
     """Load a Qwen2.5-VL or LLaVA-OneVision model (a bundled tiny model name, a local directory or
-    a Hugging Face hub id) with its tokenizer and image processor, wrapped in its adapter."""
-    from transformers import AutoConfig, AutoImageProcessor, AutoTokenizer  # noqa: PLC0415
+    a Hugging Face hub id) with its tokenizer and image processor, wrapped in its adapter.
 
+    ``vision_backend='onnxruntime'`` runs the vision encoder from ``vision_onnx_path`` (written by
+    streamcache-export-encoder) on ``vision_onnx_providers`` ('auto': TensorRT, CUDA, CPU)."""
+    from transformers import AutoConfig, AutoTokenizer  # noqa: PLC0415
+
+    if vision_backend not in VISION_BACKENDS:
+        raise ConfigError("vision_backend", f"unknown vision backend '{vision_backend}' "
+                                            f"({'|'.join(VISION_BACKENDS)})")
+    if vision_backend == "onnxruntime":  # before the model loads: a wrong path fails fast
+        resolve_onnx_path(vision_onnx_path)
     resolved = resolve_model_path(model_path)
     if not os.path.isdir(os.path.expanduser(resolved)) and _looks_like_path(resolved):
         raise ModelLoadError(f"model_path '{model_path}' does not exist")
@@ -72,12 +89,27 @@ def load_adapter(model_path: str, device: str = "auto", dtype: str = "auto", att
     try:
         model = model_cls.from_pretrained(resolved, dtype=torch_dtype, attn_implementation=backend_attn)
         tokenizer = AutoTokenizer.from_pretrained(resolved)
-        image_processor = AutoImageProcessor.from_pretrained(resolved)
+        image_processor = load_image_processor(resolved, config.model_type)
     except (OSError, ValueError) as err:
         raise ModelLoadError(f"model_path '{model_path}': {str(err).splitlines()[0]}") from None
     model.to(torch_device).eval()
     model_id = _model_id(model_path, resolved)
-    return adapter_cls(model, tokenizer, image_processor, model_id, attention=attention, sample_fps=sample_fps)
+    adapter = adapter_cls(model, tokenizer, image_processor, model_id, attention=attention, sample_fps=sample_fps)
+    if vision_backend == "onnxruntime":
+        adapter.vision_encoder = OnnxVisionEncoder(vision_onnx_path, adapter, providers=vision_onnx_providers)
+    return adapter
+
+
+def load_image_processor(path: str, model_type: str, **overrides):
+    """The model's image processor. Without torchvision, transformers 5.24 falls back to the PIL
+    processors by itself; 5.17's AutoImageProcessor refuses to load, so take the PIL class here."""
+    from transformers import AutoImageProcessor  # noqa: PLC0415
+
+    try:
+        return AutoImageProcessor.from_pretrained(path, **overrides)
+    except ImportError:
+        module, name = PIL_IMAGE_PROCESSORS[model_type]
+        return getattr(importlib.import_module(module), name).from_pretrained(path, **overrides)
 
 
 def _model_class(model_type: str):
@@ -100,5 +132,5 @@ def _model_id(model_path: str, resolved: str) -> str:
     return os.path.basename(os.path.normpath(resolved))
 
 
-__all__ = ["ADAPTERS", "ModelAdapter", "VisionEncoder", "VisionInputs", "load_adapter", "match_option",
-           "resolve_device", "resolve_dtype"]
+__all__ = ["ADAPTERS", "VISION_BACKENDS", "ModelAdapter", "OnnxVisionEncoder", "VisionEncoder", "VisionInputs",
+           "load_adapter", "load_image_processor", "match_option", "resolve_device", "resolve_dtype"]

@@ -24,8 +24,9 @@ class LlavaTorchVisionEncoder(VisionEncoder):
     @torch.inference_mode()
     def __call__(self, tensors):
         pixels = tensors["pixel_values_videos"]
+        # pixels positional: the keyword is pixel_values in transformers 5.17, pixel_values_videos in 5.24
         out = self.model.model.get_video_features(
-            pixel_values_videos=pixels.to(self.model.device, self.model.dtype),
+            pixels.to(self.model.device, self.model.dtype),
             vision_feature_layer=self.config.vision_feature_layer,
             vision_feature_select_strategy=self.config.vision_feature_select_strategy,
         )

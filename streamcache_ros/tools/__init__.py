@@ -1,0 +1,1 @@
+"""Command-line tools that use the engine (no ROS)."""
