@@ -70,7 +70,11 @@ def test_memory_levels():
     level, message, _ = run(make(memory(layer_tokens=[116, 117, 116, 116])).memory)
     assert level == WARN and "over budget: a layer holds 97 video tokens, budget 96" in message
     unbounded = memory(budget_tokens=0, layer_tokens=[500, 500])
-    assert run(make(unbounded).memory)[0] == OK
+    assert run(make(unbounded).memory)[:2] == (OK, "16 frames, 0.1 MiB KV (unbounded)")
+    banked = memory(budget_tokens=0, bank_tokens=[24, 96, 180])
+    level, message, values = run(make(banked).memory)
+    assert (level, message) == (OK, "16 frames, 0.1 MiB KV (bounded by its banks)")
+    assert values["Bank tokens (instantaneous/short-term/episodic)"] == "24 96 180"
     gpu = memory(gpu_reserved_bytes=95 * 2**20, gpu_allocated_bytes=90 * 2**20)
     level, message, values = run(make(gpu, gpu_total_bytes=100 * 2**20).memory)
     assert level == WARN and "CUDA memory nearly full" in message and values["GPU reserved (MiB)"] == "95.0"

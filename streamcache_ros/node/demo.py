@@ -68,7 +68,8 @@ def print_status(m) -> None:
     print(f"  policy {m.policy}, model {m.model_id}: {m.frames_in_memory} frames in memory "
           f"(stamps {time_s(m.oldest_stamp):.1f} .. {time_s(m.newest_stamp):.1f} s)")
     print(f"  KV cache: {m.kv_tokens} tokens over {len(m.layer_tokens)} layers ({list(m.layer_tokens)}), "
-          f"{m.kv_bytes / 1024:.0f} KiB; budget {m.budget_tokens or 'unbounded'} video tokens per layer")
+          f"{m.kv_bytes / 1024:.0f} KiB; " + (f"budget {m.budget_tokens} video tokens per layer" if m.budget_tokens
+                                               else f"banks {list(m.bank_tokens)}" if len(m.bank_tokens) else "unbounded"))
     print(f"  frames: {m.frames_received} received, {m.frames_sampled} sampled, {m.frames_dropped} dropped, "
           f"{m.frames_rejected} rejected; {m.chunks_encoded} chunks ({m.chunks_failed} failed), "
           f"{m.questions_answered} questions answered")

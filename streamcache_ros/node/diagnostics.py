@@ -165,7 +165,8 @@ class EngineTasks:
             stat.summary(WARN, f"CUDA memory nearly full: {m.gpu_reserved_bytes / MIB:.0f} of "
                                f"{gpu_total / MIB:.0f} MiB reserved")
         else:
-            bound = f"budget {m.budget_tokens} video tokens per layer" if m.budget_tokens else "unbounded"
+            bound = (f"budget {m.budget_tokens} video tokens per layer" if m.budget_tokens
+                     else "bounded by its banks" if len(m.bank_tokens) else "unbounded")
             stat.summary(OK, f"{m.frames_in_memory} frames, {m.kv_bytes / MIB:.1f} MiB KV ({bound})")
         layers = list(m.layer_tokens)
         stat.add("Policy", m.policy)
@@ -175,7 +176,7 @@ class EngineTasks:
         stat.add("Newest stamp (s)", f"{m.newest_stamp.sec + m.newest_stamp.nanosec * 1e-9:.3f}")
         stat.add("KV tokens (all layers)", str(m.kv_tokens))
         stat.add("KV bytes", str(m.kv_bytes))
-        stat.add("Budget (video tokens per layer)", str(m.budget_tokens) if m.budget_tokens else "unbounded")
+        stat.add("Budget (video tokens per layer)", str(m.budget_tokens) if m.budget_tokens else "none")
         stat.add("System prompt tokens per layer", str(ctx["prefix_tokens"]))
         if layers:
             stat.add("Layer tokens min/mean/max", f"{min(layers)}/{sum(layers) / len(layers):.1f}/{max(layers)}")
