@@ -175,8 +175,8 @@ class StreamCacheClient:
     def load(self, path: str, timeout: float | None = 120.0):
         return self._request(self._load, self._types["LoadMemory"].Request(path=path), timeout, "load_memory")
 
-    def memory_status(self, timeout: float = 5.0):
-        """The next MemoryStatus the node publishes (1 Hz, and after each chunk)."""
+    def memory_status(self, timeout: float = 10.0):
+        """The next MemoryStatus the node publishes (1 Hz, and after each chunk) after this call."""
         from rclpy.qos import QoSProfile, QoSReliabilityPolicy  # noqa: PLC0415
 
         got: list = []
@@ -187,6 +187,7 @@ class StreamCacheClient:
                 got.append(msg)
                 arrived.set()
 
+        # a subscription of its own: a volatile one gets only what is published from now on
         sub = self.node.create_subscription(self._types["MemoryStatus"], f"{self.namespace}/memory_status", take,
                                             QoSProfile(depth=10, reliability=QoSReliabilityPolicy.RELIABLE))
         try:
@@ -194,7 +195,9 @@ class StreamCacheClient:
                 raise TimeoutError(f"no {self.namespace}/memory_status within {timeout} s")
             return got[0]
         finally:
-            self.node.destroy_subscription(sub)
+            # destroyed by the executor's own thread, between two waits: from here it could pull the
+            # subscription out from under a wait in progress (rclpy InvalidHandle ends the spin)
+            self._executor.create_task(self.node.destroy_subscription, sub)
 
     # -- lifetime -------------------------------------------------------------------------------
     def close(self) -> None:
