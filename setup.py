@@ -25,6 +25,11 @@ setup(
     entry_points={
         "console_scripts": [
             "streamcache-demo = streamcache_ros.demo:main",
+            "streamcache_node = streamcache_ros.node.main:main",
+            "streamcache-ask = streamcache_ros.node.ask_cli:main",
+            "streamcache-replay = streamcache_ros.node.replay:main",
+            "streamcache-make-bag = streamcache_ros.bagfile:main",
+            "streamcache-node-demo = streamcache_ros.node.demo:main",
             "streamcache-profile = streamcache_ros.tools.profile_heads:main",
             "streamcache-export-encoder = streamcache_ros.tools.export_encoder:main",
         ],

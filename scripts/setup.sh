@@ -79,6 +79,12 @@ colcon build --symlink-install --base-paths . msg --event-handlers console_direc
 log "installing streamcache_ros into the venv (editable: console entries in .venv/bin)"
 pip_install --no-deps --no-build-isolation -e "$ROOT"
 
+# The demo's and the README's bag: made here, deterministic (same bytes every time), not committed.
+if [ ! -f "$ROOT/data/demo_bag/metadata.yaml" ]; then
+  log "making the demo bag data/demo_bag (the synthetic clip: 120 frames at 2 fps, rosbag2 sqlite3)"
+  python -m streamcache_ros.bagfile "$ROOT/data/demo_bag" --overwrite >/dev/null
+fi
+
 echo "$FINGERPRINT" >"$STAMP"
 log "checking the install"
 # shellcheck disable=SC1091

@@ -1,0 +1,17 @@
+"""streamcache_node on live cameras.
+
+    ros2 launch streamcache_ros live.launch.py
+    ros2 launch streamcache_ros live.launch.py camera_topics:="['/front/image_raw']" \
+        model_path:=Qwen/Qwen2.5-VL-3B-Instruct device:=cuda policy_params_file:=/path/to/config/hermes.yaml
+
+Parameters come from ``params_file`` (config/streamcache.yaml), then ``policy_params_file``, then
+the non-empty override arguments. The node lives in ``namespace`` (default ``streamcache``).
+"""
+from launch import LaunchDescription
+from launch.actions import OpaqueFunction
+
+from streamcache_ros.node.launching import node_actions, node_arguments
+
+
+def generate_launch_description():
+    return LaunchDescription([*node_arguments(), OpaqueFunction(function=lambda context: node_actions(context))])

@@ -1,0 +1,45 @@
+"""Replay a rosbag2 into streamcache_node (use_sim_time, /clock from the bag).
+
+    ros2 launch streamcache_ros replay.launch.py bag:=data/demo_bag
+    ros2 launch streamcache_ros replay.launch.py bag:=/data/run3 rate:=4 lock_step:=true
+
+Takes the live launch's arguments too (params_file, policy_params_file, camera_topics, model_path ...).
+The node stays up after the bag ends, to be asked (streamcache-ask); ``shutdown_after_replay:=true``
+ends the launch with the replay instead.
+"""
+from launch import LaunchDescription
+from launch.actions import DeclareLaunchArgument, EmitEvent, OpaqueFunction, RegisterEventHandler
+from launch.event_handlers import OnProcessExit
+from launch.events import Shutdown
+from launch.substitutions import LaunchConfiguration
+from launch_ros.actions import Node
+
+from streamcache_ros.node.launching import PACKAGE, node_actions, node_arguments
+
+
+def _replay(context):
+    arguments = [LaunchConfiguration("bag").perform(context), "--clock", "--wait", "120"]
+    if LaunchConfiguration("lock_step").perform(context).lower() in ("true", "1", "yes"):
+        arguments += ["--lock-step", "--namespace", LaunchConfiguration("namespace").perform(context)]
+    rate = LaunchConfiguration("rate").perform(context).strip()
+    arguments += ["--fast"] if rate in ("0", "fast") else ["--rate", rate]
+    replay = Node(package=PACKAGE, executable="streamcache-replay", name="streamcache_replay",
+                  arguments=arguments, output="screen")
+    actions = [replay]
+    if LaunchConfiguration("shutdown_after_replay").perform(context).lower() in ("true", "1", "yes"):
+        actions.append(RegisterEventHandler(OnProcessExit(target_action=replay,
+                                                          on_exit=[EmitEvent(event=Shutdown(reason="replay done"))])))
+    return actions
+
+
+def generate_launch_description():
+    return LaunchDescription([
+        *node_arguments(),
+        DeclareLaunchArgument("bag", description="a rosbag2 directory (sqlite3 or mcap)"),
+        DeclareLaunchArgument("rate", default_value="1.0", description="replay speed; 0 = as fast as possible"),
+        DeclareLaunchArgument("lock_step", default_value="false",
+                              description="wait for the node to take each frame (nothing dropped)"),
+        DeclareLaunchArgument("shutdown_after_replay", default_value="false"),
+        OpaqueFunction(function=lambda context: node_actions(context, use_sim_time=True)),
+        OpaqueFunction(function=_replay),
+    ])

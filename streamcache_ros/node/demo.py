@@ -1,0 +1,209 @@
+"""The main job through ROS 2: streamcache_node in its own process, the demo bag replayed into it,
+questions asked through the Ask service and the Ask action, memory status and diagnostics printed.
+
+    streamcache-node-demo [--policy fifo] [--budget 96] [--bag data/demo_bag]   (scripts/demo.sh)
+
+Everything runs in a ROS domain of its own on localhost (unless ROS_DOMAIN_ID is set), and every
+process it starts is stopped at the end (SIGINT, as a robot's launch would).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import pathlib
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+NAMESPACE = "/streamcache"
+QUESTIONS = [("What is on the table?", []),
+             ("Which shape moved to the left?", ["the red circle", "the green square", "the white circle"])]
+STREAMED_QUESTION = "Describe what the camera saw, in order."
+LEVELS = {0: "OK", 1: "WARN", 2: "ERROR", 3: "STALE"}
+
+
+def default_bag() -> pathlib.Path:
+    if (ROOT / "setup.py").is_file():  # a checkout: the bag scripts/setup.sh makes
+        return ROOT / "data" / "demo_bag"
+    return pathlib.Path.home() / ".cache" / "streamcache_ros" / "demo_bag"
+
+
+def ensure_bag(path: pathlib.Path) -> None:
+    if (path / "metadata.yaml").is_file():
+        return
+    from ..bagfile import make_bag  # noqa: PLC0415
+
+    print(f"making the demo bag {path} (the synthetic clip, 120 frames at 2 fps)", flush=True)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    make_bag(path, overwrite=True)
+
+
+def child_env() -> dict:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = f"{ROOT}{os.pathsep}{env['PYTHONPATH']}" if env.get("PYTHONPATH") else str(ROOT)
+    return env
+
+
+def stop(process: subprocess.Popen, name: str) -> int:
+    if process.poll() is None:
+        process.send_signal(signal.SIGINT)
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            print(f"{name} did not stop on SIGINT: killed", flush=True)
+            process.kill()
+            process.wait()
+    return process.returncode
+
+
+def time_s(t) -> float:
+    return t.sec + t.nanosec * 1e-9
+
+
+def print_status(m) -> None:
+    print(f"  policy {m.policy}, model {m.model_id}: {m.frames_in_memory} frames in memory "
+          f"(stamps {time_s(m.oldest_stamp):.1f} .. {time_s(m.newest_stamp):.1f} s)")
+    print(f"  KV cache: {m.kv_tokens} tokens over {len(m.layer_tokens)} layers ({list(m.layer_tokens)}), "
+          f"{m.kv_bytes / 1024:.0f} KiB; " + (f"budget {m.budget_tokens} video tokens per layer" if m.budget_tokens
+                                               else f"banks {list(m.bank_tokens)}" if len(m.bank_tokens) else "unbounded"))
+    print(f"  frames: {m.frames_received} received, {m.frames_sampled} sampled, {m.frames_dropped} dropped, "
+          f"{m.frames_rejected} rejected; {m.chunks_encoded} chunks ({m.chunks_failed} failed), "
+          f"{m.questions_answered} questions answered")
+    print(f"  last chunk: encode {m.encode_ms:.1f} ms, prefill {m.prefill_ms:.1f} ms, compress "
+          f"{m.compress_ms:.1f} ms; last TTFT {m.last_ttft_ms:.1f} ms")
+
+
+def print_diagnostics(array, node_name: str) -> None:
+    for status in array.status:
+        if not status.name.startswith(node_name):
+            continue
+        level = LEVELS.get(int.from_bytes(status.level, "little") if isinstance(status.level, bytes) else status.level)
+        print(f"  [{level:5}] {status.name}: {status.message}")
+        keep = ("Frames received", "Frames dropped (encoder busy)", "Frames rejected", "Last frame age (s)",
+                "KV bytes", "Layer tokens min/mean/max", "Encode (ms, last chunk)", "Last TTFT (ms)")
+        shown = [f"{kv.key}={kv.value}" for kv in status.values if kv.key in keep]
+        if shown:
+            print(f"          {', '.join(shown)}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="streamcache-node-demo", description=__doc__.splitlines()[0])
+    parser.add_argument("--bag", type=pathlib.Path, default=None, help="a rosbag2 (default: the demo bag)")
+    parser.add_argument("--policy", default=None, help="full | fifo | hermes | h2svc (default: the node's)")
+    parser.add_argument("--budget", type=int, default=96, help="video tokens kept per layer (fifo, hermes)")
+    parser.add_argument("--model", default=None, help="model_path (default: the bundled tiny model)")
+    args = parser.parse_args(argv)
+
+    os.environ.setdefault("ROS_DOMAIN_ID", str(random.randint(120, 220)))
+    os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
+    bag = args.bag or default_bag()
+    ensure_bag(bag)
+    node_cmd = [sys.executable, "-m", "streamcache_ros.node.main", "--params-file", str(ROOT / "config" / "streamcache.yaml"),
+                "--namespace", NAMESPACE, "--ros-args", "-p", "use_sim_time:=true", "-p", f"budget_tokens:={args.budget}"]
+    if args.policy:
+        node_cmd += ["-p", f"policy:={args.policy}"]
+    if args.model:
+        node_cmd += ["-p", f"model_path:={args.model}"]
+    print(f"starting streamcache_node in {NAMESPACE} (ROS_DOMAIN_ID={os.environ['ROS_DOMAIN_ID']}, localhost)", flush=True)
+    started = time.monotonic()
+    node = subprocess.Popen(node_cmd, cwd=ROOT, env=child_env())  # its log goes to this terminal
+    code = 0
+    client = None
+    try:
+        from .client import StreamCacheClient  # noqa: PLC0415
+
+        client = StreamCacheClient(NAMESPACE, timeout=180.0)
+        print(f"node ready after {time.monotonic() - started:.1f} s", flush=True)
+        code = run_demo(client, bag, node)
+    except KeyboardInterrupt:
+        code = 130
+    except Exception as err:  # noqa: BLE001 - say what failed, then stop the processes
+        print(f"demo failed: {type(err).__name__}: {err}", file=sys.stderr)
+        code = 1
+    finally:
+        if client is not None:
+            client.close()
+        node_code = stop(node, "streamcache_node")
+        print(f"streamcache_node stopped (exit code {node_code}); total {time.monotonic() - started:.1f} s")
+        if node_code not in (0, None) and code == 0:
+            code = 1
+    return code
+
+
+def run_demo(client, bag: pathlib.Path, node: subprocess.Popen) -> int:
+    from diagnostic_msgs.msg import DiagnosticArray  # noqa: PLC0415
+    from rclpy.qos import QoSProfile, QoSReliabilityPolicy  # noqa: PLC0415
+    from streamcache_ros_interfaces.msg import MemoryStatus  # noqa: PLC0415
+
+    latest_diag: list = []
+    diag_seen = threading.Event()
+    chunks_seen = set()
+    replaying = threading.Event()
+    replaying.set()
+
+    def on_status(m):
+        if replaying.is_set() and m.chunks_encoded and m.chunks_encoded not in chunks_seen:
+            chunks_seen.add(m.chunks_encoded)
+            print(f"  chunk {m.chunks_encoded:2d}: {m.frames_in_memory:3d} frames in memory, {m.kv_tokens:5d} KV tokens, "
+                  f"{m.kv_bytes / 1024:6.0f} KiB | encode {m.encode_ms:5.1f} ms, prefill {m.prefill_ms:5.1f} ms, "
+                  f"compress {m.compress_ms:4.1f} ms", flush=True)
+
+    def on_diag(array):
+        if any(s.name.startswith("streamcache_node") for s in array.status):
+            latest_diag[:] = [array]
+            diag_seen.set()
+
+    reliable = QoSProfile(depth=50, reliability=QoSReliabilityPolicy.RELIABLE)
+    client.node.create_subscription(MemoryStatus, f"{NAMESPACE}/memory_status", on_status, reliable)
+    client.node.create_subscription(DiagnosticArray, "/diagnostics", on_diag, reliable)
+
+    print(f"replaying {bag} in lock-step (every frame reaches the node), /clock from the bag", flush=True)
+    replay = subprocess.run([sys.executable, "-m", "streamcache_ros.node.replay", str(bag), "--lock-step", "--fast",
+                             "--clock", "--namespace", NAMESPACE], cwd=ROOT, env=child_env())
+    client.memory_status(timeout=10.0)  # the status after the last chunk has been printed
+    replaying.clear()
+    if replay.returncode != 0:
+        print(f"streamcache-replay failed (exit code {replay.returncode})", file=sys.stderr)
+        return 1
+
+    print("\nquestions through the Ask service:")
+    for question, options in QUESTIONS:
+        r = client.ask(question, options, max_new_tokens=16)
+        if not r.success:
+            print(f"  Q: {question}\n  refused: {r.error_message}")
+            return 1
+        chosen = f" -> option {r.option_index}" if options else ""
+        print(f"  Q: {question}{' ' + str(options) if options else ''}\n  A: {r.answer!r}{chosen}\n"
+              f"     ({r.frames_in_memory} frames, stamps {time_s(r.oldest_stamp):.1f} .. {time_s(r.newest_stamp):.1f} s, "
+              f"{r.kv_tokens} KV tokens, TTFT {r.ttft_ms:.1f} ms, total {r.total_ms:.1f} ms, {r.method})")
+    print("\na question through the Ask action (streamed feedback):")
+    print(f"  Q: {STREAMED_QUESTION}\n  A: ", end="", flush=True)
+    pieces = []
+
+    def show(partial: str, new_text: str) -> None:
+        pieces.append(new_text)
+        print(new_text, end="", flush=True)
+
+    result = client.ask_streaming(STREAMED_QUESTION, max_new_tokens=24, on_text=show)
+    print(f"\n     ({len(pieces)} feedback messages; result success={result.success}, "
+          f"TTFT {result.ttft_ms:.1f} ms, total {result.total_ms:.1f} ms)")
+    refused = client.ask("What colour is it?", camera="/no/such/camera")
+    print(f"\na question about an unknown camera is refused: success={refused.success}, "
+          f"error_message={refused.error_message!r}")
+
+    print("\nMemoryStatus (memory_status):")
+    print_status(client.memory_status(timeout=10.0))
+    diag_seen.clear()
+    if diag_seen.wait(timeout=5.0):
+        print("\n/diagnostics (the camera is WARN, then ERROR, once the bag has ended: no frames since):")
+        print_diagnostics(latest_diag[0], "streamcache_node")
+    print("\nnote: the bundled tiny model has random weights: its answers are meaningless (README).")
+    return 0 if node.poll() is None else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

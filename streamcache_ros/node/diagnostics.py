@@ -1,0 +1,219 @@
+"""/diagnostics for the node through diagnostic_updater: one task per concern.
+
+- "camera <topic>" (one per camera): a CompositeDiagnosticTask of a FrequencyStatus (arrival rate;
+  ERROR when the camera is silent for the window, WARN below ``camera_min_rate``), a TimeStampStatus
+  (how old the stamps are by the node's clock; ERROR past ``max_frame_delay``) and the frame counters
+  (WARN when sampled frames were dropped because the encoder was busy, or frames were rejected, since
+  the last update; ERROR when every frame since the last update was rejected).
+- "memory": KV tokens and bytes held vs the budget, per-layer (and per-bank) summary, CUDA memory.
+  WARN when a layer holds more video tokens than the budget, or CUDA memory is nearly full.
+- "latency": encode / prefill / compress ms of the last chunk and the last TTFT. WARN when a chunk
+  takes longer than the stream time it covers (chunk_frames / sample_fps: the encoder falls behind);
+  ERROR when a chunk failed since the last update.
+
+Where ``diagnostic_updater`` is not importable, diagnostics_fallback provides the same classes.
+"""
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+from diagnostic_msgs.msg import DiagnosticStatus
+from rclpy.clock import Clock, ClockType
+
+try:
+    import diagnostic_updater as updater_lib
+    BACKEND = "diagnostic_updater"
+except ImportError:  # no wheelhouse and no system ROS 2: same statuses from the built-in stand-in
+    from . import diagnostics_fallback as updater_lib
+    BACKEND = "built-in fallback"
+
+OK, WARN, ERROR = DiagnosticStatus.OK, DiagnosticStatus.WARN, DiagnosticStatus.ERROR
+GPU_NEARLY_FULL = 0.9
+MIB = 1024 * 1024
+
+
+def _fmt_ms(value: float) -> str:
+    return f"{value:.1f}"
+
+
+class CameraTask:
+    """The counters part of a camera's status (rate and stamps are upstream's own tasks)."""
+
+    def __init__(self, counters, is_active: Callable[[], bool]):
+        self.counters = counters
+        self.is_active = is_active
+        self._previous = counters.snapshot()
+
+    def run(self, stat):
+        now = self.counters.snapshot()
+        before, self._previous = self._previous, now
+        received = now.received - before.received
+        rejected = now.rejected - before.rejected
+        dropped = now.dropped - before.dropped
+        if not self.is_active():
+            stat.summary(WARN, "node inactive: not subscribed")
+        elif received > 0 and rejected == received:
+            stat.summary(ERROR, f"every frame rejected: {now.last_reject}")
+        elif dropped > 0:
+            stat.summary(WARN, f"{dropped} sampled frame(s) dropped: the encoder is slower than the camera")
+        elif rejected > 0:
+            stat.summary(WARN, f"{rejected} frame(s) rejected: {now.last_reject}")
+        else:
+            stat.summary(OK, f"{now.ingested} frames taken into memory")
+        age = time.monotonic() - now.last_arrival if now.last_arrival else float("nan")
+        stat.add("Frames received", str(now.received))
+        stat.add("Frames sampled", str(now.sampled))
+        stat.add("Frames taken into memory", str(now.ingested))
+        stat.add("Frames dropped (encoder busy)", str(now.dropped))
+        stat.add("Frames rejected", str(now.rejected))
+        for reason, count in sorted(now.rejected_by_reason.items()):
+            stat.add(f"Rejected: {reason}", str(count))
+        if now.last_reject:
+            stat.add("Last rejection", now.last_reject)
+        stat.add("Last frame age (s)", f"{age:.2f}")
+        stat.add("Last stamp (s)", f"{now.last_stamp_ns / 1e9:.3f}")
+        stat.add("Receive rate (Hz)", f"{now.receive_rate:.2f}")
+        stat.add("Ingest rate (Hz)", f"{now.ingest_rate:.2f}")
+        return stat
+
+
+class NodeDiagnostics:
+    """Owns the Updater and its tasks for one node. ``memory_status`` and ``context`` as EngineTasks
+    takes them; the context also says "active" (bool)."""
+
+    def __init__(self, node, memory_status: Callable, context: Callable[[], dict]):
+        self.node = node
+        self.context = context
+        self.engine = EngineTasks(memory_status, context)
+        self.updater = updater_lib.Updater(node)
+        self.updater.setHardwareID("none")
+        # The Updater times itself by the node's clock; with use_sim_time that clock stops when a
+        # replay's /clock does, and so would /diagnostics. A steady timer keeps them at 1 Hz.
+        node.destroy_timer(self.updater.timer)
+        self.updater.timer = node.create_timer(self.updater.period, self.updater.update,
+                                               clock=Clock(clock_type=ClockType.STEADY_TIME))
+        self._task_names: list[str] = []
+        self._stamp_tasks = {}
+        self._rate_tasks = {}
+
+    @property
+    def backend(self) -> str:
+        return BACKEND
+
+    def add_camera(self, topic: str, counters, min_rate: float, max_delay: float) -> None:
+        rate = updater_lib.FrequencyStatus(updater_lib.FrequencyStatusParam({"min": min_rate}, 0.1, 5), "rate")
+        stamps = updater_lib.TimeStampStatus(updater_lib.TimeStampStatusParam(-1.0, max_delay), "stamps")
+        task = updater_lib.CompositeDiagnosticTask(f"camera {topic}")
+        task.addTask(rate)
+        task.addTask(stamps)
+        frames = CameraTask(counters, lambda: self.context()["active"])
+        task.addTask(updater_lib.FunctionDiagnosticTask("frames", frames.run))
+        self._rate_tasks[topic], self._stamp_tasks[topic] = rate, stamps
+        self._add(task)
+
+    def set_limits(self, min_rate: float, max_delay: float) -> None:
+        for rate in self._rate_tasks.values():
+            rate.params.freq_bound["min"] = min_rate
+        for stamps in self._stamp_tasks.values():
+            stamps.params.max_acceptable = max_delay
+
+    def add_engine(self, model_id: str) -> None:
+        self.updater.setHardwareID(model_id)
+        self._add(updater_lib.FunctionDiagnosticTask("memory", self.engine.memory))
+        self._add(updater_lib.FunctionDiagnosticTask("latency", self.engine.latency))
+
+    def _add(self, task) -> None:
+        self.updater.add(task)
+        self._task_names.append(task.getName())
+
+    def clear(self) -> None:
+        for name in self._task_names:
+            self.updater.removeByName(name)
+        self._task_names.clear()
+        self._rate_tasks.clear()
+        self._stamp_tasks.clear()
+
+    def frame_arrived(self, topic: str, stamp_ns: int, now_ns: int) -> None:
+        """Tick the camera's rate and stamp tasks. TimeStampStatus measures delay against the system
+        clock; the frame's age is taken by the NODE's clock instead (sim time during a bag replay)
+        and handed over as the system-clock instant with that age."""
+        self._rate_tasks[topic].tick()
+        if stamp_ns == 0:
+            self._stamp_tasks[topic].tick(0.0)  # upstream reports a zero stamp as ERROR
+        else:
+            self._stamp_tasks[topic].tick(time.time() - (now_ns - stamp_ns) * 1e-9)
+
+
+class EngineTasks:
+    """The "memory" and "latency" statuses, from the node's MemoryStatus message (the one source of
+    those figures) and a context dict: "prefix_tokens", "chunk_span_s", "chunk_error" (the last chunk
+    failure's text), "gpu_total_bytes"."""
+
+    def __init__(self, memory_status: Callable, context: Callable[[], dict]):
+        self.memory_status = memory_status
+        self.context = context
+        self._chunks_failed = 0
+
+    def memory(self, stat):
+        m, ctx = self.memory_status(), self.context()
+        video_max = max(m.layer_tokens) - ctx["prefix_tokens"] if len(m.layer_tokens) else 0
+        gpu_total = ctx.get("gpu_total_bytes", 0)
+        if m.budget_tokens and video_max > m.budget_tokens:
+            stat.summary(WARN, f"over budget: a layer holds {video_max} video tokens, budget {m.budget_tokens}")
+        elif gpu_total and m.gpu_reserved_bytes > GPU_NEARLY_FULL * gpu_total:
+            stat.summary(WARN, f"CUDA memory nearly full: {m.gpu_reserved_bytes / MIB:.0f} of "
+                               f"{gpu_total / MIB:.0f} MiB reserved")
+        else:
+            bound = (f"budget {m.budget_tokens} video tokens per layer" if m.budget_tokens
+                     else "bounded by its banks" if len(m.bank_tokens) else "unbounded")
+            stat.summary(OK, f"{m.frames_in_memory} frames, {m.kv_bytes / MIB:.1f} MiB KV ({bound})")
+        layers = list(m.layer_tokens)
+        stat.add("Policy", m.policy)
+        stat.add("Model", m.model_id)
+        stat.add("Frames in memory", str(m.frames_in_memory))
+        stat.add("Oldest stamp (s)", f"{m.oldest_stamp.sec + m.oldest_stamp.nanosec * 1e-9:.3f}")
+        stat.add("Newest stamp (s)", f"{m.newest_stamp.sec + m.newest_stamp.nanosec * 1e-9:.3f}")
+        stat.add("KV tokens (all layers)", str(m.kv_tokens))
+        stat.add("KV bytes", str(m.kv_bytes))
+        stat.add("Budget (video tokens per layer)", str(m.budget_tokens) if m.budget_tokens else "none")
+        stat.add("System prompt tokens per layer", str(ctx["prefix_tokens"]))
+        if layers:
+            stat.add("Layer tokens min/mean/max", f"{min(layers)}/{sum(layers) / len(layers):.1f}/{max(layers)}")
+            stat.add("Layer tokens", " ".join(str(n) for n in layers))
+        if len(m.bank_tokens):
+            stat.add("Bank tokens (instantaneous/short-term/episodic)", " ".join(str(n) for n in m.bank_tokens))
+        if gpu_total:
+            stat.add("GPU allocated (MiB)", f"{m.gpu_allocated_bytes / MIB:.1f}")
+            stat.add("GPU reserved (MiB)", f"{m.gpu_reserved_bytes / MIB:.1f}")
+            stat.add("GPU peak (MiB)", f"{m.gpu_peak_bytes / MIB:.1f}")
+            stat.add("GPU total (MiB)", f"{gpu_total / MIB:.1f}")
+        return stat
+
+    def latency(self, stat):
+        m, ctx = self.memory_status(), self.context()
+        failed = m.chunks_failed - self._chunks_failed
+        self._chunks_failed = m.chunks_failed
+        chunk_ms = m.encode_ms + m.prefill_ms + m.compress_ms
+        span_ms = ctx["chunk_span_s"] * 1e3
+        if failed > 0:
+            stat.summary(ERROR, f"{failed} chunk(s) failed: {ctx['chunk_error']}")
+        elif m.chunks_encoded and chunk_ms > span_ms:
+            stat.summary(WARN, f"a chunk takes {chunk_ms:.0f} ms for {span_ms:.0f} ms of stream: "
+                               "the encoder falls behind (lower sample_fps or use a GPU)")
+        elif not m.chunks_encoded:
+            stat.summary(OK, "no chunk encoded yet")
+        else:
+            stat.summary(OK, f"chunk {chunk_ms:.0f} ms for {span_ms:.0f} ms of stream")
+        stat.add("Encode (ms, last chunk)", _fmt_ms(m.encode_ms))
+        stat.add("Prefill (ms, last chunk)", _fmt_ms(m.prefill_ms))
+        stat.add("Compress (ms, last chunk)", _fmt_ms(m.compress_ms))
+        stat.add("Stream time per chunk (ms)", _fmt_ms(span_ms))
+        stat.add("Last TTFT (ms)", _fmt_ms(m.last_ttft_ms))
+        stat.add("Ingest rate (frames/s)", f"{m.ingest_fps:.2f}")
+        stat.add("Chunks encoded", str(m.chunks_encoded))
+        stat.add("Chunks failed", str(m.chunks_failed))
+        stat.add("Questions answered", str(m.questions_answered))
+        if ctx["chunk_error"]:
+            stat.add("Last chunk error", ctx["chunk_error"])
+        return stat

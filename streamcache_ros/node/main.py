@@ -1,0 +1,120 @@
+"""``streamcache_node``: start the node (configure + activate unless autostart is false) and spin.
+
+    streamcache_node                                   # bundled tiny model, /camera/image_raw
+    streamcache_node --params-file config/streamcache.yaml --namespace streamcache
+    streamcache_node --ros-args -p policy:=fifo -p camera_topics:="['/cam_front', '/cam_rear']"
+
+``--params-file`` / ``--namespace`` / ``--name`` are shorthands for the usual ``--ros-args`` rules;
+``ros2 launch`` passes ``--ros-args`` itself. A bad parameter (or a model that cannot be loaded) ends
+the process with exit code 2 and one line naming the parameter.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+
+EXIT_CONFIG = 2
+PROG = "streamcache_node"
+
+
+def _fail(message: str) -> int:
+    print(f"{PROG}: {message}", file=sys.stderr, flush=True)
+    return EXIT_CONFIG
+
+
+def ros_arguments(argv: list[str]) -> list[str]:
+    """Our shorthands turned into --ros-args rules; the command line's own --ros-args come after
+    (so they win)."""
+    from rclpy.utilities import remove_ros_args  # noqa: PLC0415
+
+    parser = argparse.ArgumentParser(prog=PROG, description="The streamcache_ros node.")
+    parser.add_argument("--params-file", action="append", default=[], help="a ROS 2 parameters YAML (repeatable)")
+    parser.add_argument("--namespace", help="the node's namespace (the launch files use 'streamcache')")
+    parser.add_argument("--name", help="the node's name (default streamcache_node)")
+    try:
+        own = remove_ros_args(argv)[1:]
+    except Exception as err:  # noqa: BLE001 - rcl's RCLInvalidROSArgsError: say it in one line
+        raise ValueError(f"bad --ros-args: {str(err).split(', at ')[0]}") from None
+    args = parser.parse_args(own)
+    rules = []
+    for path in args.params_file:
+        check_params_file(path)
+        rules += ["--params-file", path]
+    if args.namespace:
+        rules += ["-r", f"__ns:={'/' + args.namespace.lstrip('/')}"]
+    if args.name:
+        rules += ["-r", f"__node:={args.name}"]
+    return [argv[0]] + (["--ros-args", *rules, "--"] if rules else []) + argv[1:]
+
+
+def check_params_file(path: str) -> None:
+    """What rcl would refuse (with a log line of its own before the error) said in one line here."""
+    import yaml  # noqa: PLC0415
+
+    if not os.path.isfile(path):
+        raise ValueError(f"parameters file '{path}' does not exist")
+    try:
+        with open(path, encoding="utf-8") as f:
+            content = yaml.safe_load(f)
+    except (OSError, yaml.YAMLError) as err:
+        raise ValueError(f"parameters file '{path}' is not readable YAML: {str(err).splitlines()[0]}") from None
+    if not isinstance(content, dict) or not all(
+            isinstance(section, dict) and isinstance(section.get("ros__parameters"), dict)
+            for section in content.values()):
+        raise ValueError(f"parameters file '{path}' is not a ROS 2 parameters file "
+                         "(<node name or /**>: ros__parameters: {...})")
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv if argv is None else argv)
+    try:
+        args = ros_arguments(argv)
+    except ValueError as err:
+        return _fail(str(err))
+
+    import rclpy  # noqa: PLC0415
+    from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor  # noqa: PLC0415
+    from rclpy.lifecycle import TransitionCallbackReturn  # noqa: PLC0415
+
+    from ..engine.errors import ConfigError  # noqa: PLC0415
+    from .node import StreamCacheNode  # noqa: PLC0415
+
+    try:
+        rclpy.init(args=args)
+    except Exception as err:  # noqa: BLE001 - rcl's parser: a malformed --params-file or rule
+        return _fail(f"cannot start ROS 2: {str(err).splitlines()[0]}")
+    node = None
+    try:
+        try:
+            node = StreamCacheNode()
+        except ConfigError as err:
+            return _fail(str(err))
+        if node.autostart:
+            if node.trigger_configure() != TransitionCallbackReturn.SUCCESS:
+                return _fail(node.configure_error or "configure failed")
+            if node.trigger_activate() != TransitionCallbackReturn.SUCCESS:
+                return _fail("activate failed")
+        # cameras (one thread each) + questions + action + timers + diagnostics, none waiting on another
+        executor = MultiThreadedExecutor(num_threads=len(node.values["camera_topics"]) + 6)
+        executor.add_node(node)
+        try:
+            executor.spin()
+        finally:
+            node.stop()
+            executor.shutdown(timeout_sec=5.0)
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass  # SIGINT / SIGTERM: a clean exit
+    finally:
+        if node is not None:
+            node.stop()
+            node.destroy_node()
+        rclpy.try_shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,46 @@
+"""A bad parameter ends streamcache_node with exit code 2 and ONE line naming the parameter, no
+traceback (CONTRACT: set-up and entry points). Real processes, started together."""
+import subprocess
+
+import pytest
+
+from node_procs import HANG_GUARD_S, ROOT, child_env, new_domain, python_module
+
+CASES = {
+    "unknown policy": (["--ros-args", "-p", "policy:=nosuch"], "parameter 'policy'"),
+    "fps out of range": (["--ros-args", "-p", "sample_fps:=0.0"], "parameter 'sample_fps'"),
+    "wrong type": (["--ros-args", "-p", "chunk_frames:=abc"], "parameter 'chunk_frames'"),
+    "budget below one frame": (["--ros-args", "-p", "budget_tokens:=1", "-p", "policy:=fifo"],
+                               "parameter 'budget_tokens'"),
+    "bad camera topic": (["--ros-args", "-p", "camera_topics:=['/ok', 'bad topic!']"], "parameter 'camera_topics'"),
+    "missing model": (["--ros-args", "-p", "model_path:=./no/such/model"], "parameter 'model_path'"),
+    "missing params file": (["--params-file", "/no/such/file.yaml"], "parameters file '/no/such/file.yaml'"),
+}
+
+
+@pytest.fixture(scope="module")
+def outcomes(tmp_path_factory):
+    env = child_env(new_domain())
+    procs = {name: subprocess.Popen(python_module("streamcache_ros.node.main", *args), cwd=ROOT, env=env,
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for name, (args, _) in CASES.items()}
+    results = {}
+    try:
+        for name, proc in procs.items():
+            out, err = proc.communicate(timeout=HANG_GUARD_S)
+            results[name] = (proc.returncode, out, err)
+    finally:
+        for proc in procs.values():
+            if proc.poll() is None:
+                proc.kill()
+    return results
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_bad_parameter_exits_2_with_one_line(outcomes, name):
+    code, out, err = outcomes[name]
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert code == 2, err
+    assert len(lines) == 1, err
+    assert lines[0].startswith("streamcache_node: ") and CASES[name][1] in lines[0]
+    assert "Traceback" not in err and out == ""

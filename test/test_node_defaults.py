@@ -1,0 +1,80 @@
+"""`streamcache_node` with no arguments (CONTRACT): the bundled tiny model, camera /camera/image_raw,
+policy hermes (fifo until HERMES is registered), the root namespace; here on a machine WITHOUT
+diagnostic_updater (hidden from the process), so /diagnostics comes from the built-in fallback with
+the same statuses."""
+import pytest
+from diagnostic_msgs.msg import DiagnosticArray
+from rclpy.qos import QoSProfile, QoSReliabilityPolicy
+from sensor_msgs.msg import Image
+from std_msgs.msg import Header
+
+from node_procs import HANG_GUARD_S, Probe, Proc, child_env, new_domain, python_module, stamp_ns
+from streamcache_ros import clip
+from streamcache_ros.engine.cache import POLICIES
+from streamcache_ros.node.client import StreamCacheClient
+
+S = 1_000_000_000
+DEFAULT_POLICY = "hermes" if "hermes" in POLICIES else "fifo"
+
+
+@pytest.fixture(scope="module")
+def domain():
+    return new_domain()
+
+
+@pytest.fixture(scope="module")
+def node(domain, tmp_path_factory):
+    hidden = tmp_path_factory.mktemp("no_diagnostic_updater")
+    (hidden / "diagnostic_updater.py").write_text('raise ImportError("hidden by the test")\n')
+    proc = Proc(python_module("streamcache_ros.node.main"), child_env(domain, extra_pythonpath=str(hidden)))
+    yield proc
+    proc.stop()
+    proc.kill_group()
+
+
+@pytest.fixture(scope="module")
+def client(node, domain):
+    try:
+        c = StreamCacheClient(None, timeout=HANG_GUARD_S, domain_id=domain)  # found, not named
+    except Exception:
+        print(node.output())
+        raise
+    yield c
+    c.close()
+
+
+def test_defaults_without_diagnostic_updater(node, client, domain):
+    assert client.namespace == ""  # services at /ask, /ask_action, ...
+    status = client.memory_status()
+    assert (status.policy, status.model_id) == (DEFAULT_POLICY, "tiny-qwen2_5_vl")
+    assert status.budget_tokens == 6000  # the default budget (the reference's kv_size)
+    refused = client.ask("What is on the table?")
+    assert not refused.success and "no frames in memory yet" in refused.error_message
+
+    probe = Probe(domain)
+    try:
+        acks = probe.collect(Header, "/frame_acks", QoSProfile(depth=100, reliability=QoSReliabilityPolicy.RELIABLE))
+        arrays = probe.collect(DiagnosticArray, "/diagnostics", QoSProfile(depth=100))
+        camera = probe.node.create_publisher(Image, "/camera/image_raw", QoSProfile(depth=10))
+        probe.wait_for(lambda: camera.get_subscription_count() > 0, what="the node's subscription")
+        for i in range(3):
+            rgb = clip.frame(i, 48, 64)
+            msg = Image(height=48, width=64, encoding="rgb8", step=64 * 3)
+            msg.header.stamp.sec = 100 + i
+            msg.data = rgb.tobytes()
+            camera.publish(msg)
+            probe.wait_for(lambda: any(stamp_ns(a.stamp) == (100 + i) * S for a in acks), what="an ack")
+        answer = client.ask("What is on the table?")
+        assert answer.success and answer.frames_in_memory == 3  # 1 fps sampling: all three, one second apart
+
+        names = {"streamcache_node: camera /camera/image_raw", "streamcache_node: memory", "streamcache_node: latency"}
+        probe.wait_for(lambda: any(names <= {s.name for s in a.status} for a in arrays), what="/diagnostics")
+        array = next(a for a in arrays if names <= {s.name for s in a.status})
+        camera_values = {kv.key: kv.value for s in array.status if s.name.endswith("/camera/image_raw")
+                         for kv in s.values}
+        assert {"Actual frequency (Hz)", "Latest timestamp delay:", "Frames received"} <= set(camera_values)
+    finally:
+        probe.close()
+    assert node.stop() == 0
+    assert "diagnostics via built-in fallback" in node.output()
+    assert "Traceback" not in node.output()

@@ -1,0 +1,95 @@
+"""What each diagnostic status says and at which level (OK / WARN / ERROR mean something)."""
+from diagnostic_msgs.msg import DiagnosticStatus
+from streamcache_ros_interfaces.msg import MemoryStatus
+
+from streamcache_ros.node import diagnostics
+from streamcache_ros.node.sampler import CameraCounters
+
+OK, WARN, ERROR = DiagnosticStatus.OK, DiagnosticStatus.WARN, DiagnosticStatus.ERROR
+S = 1_000_000_000
+
+
+def run(task_fn):
+    stat = diagnostics.updater_lib.DiagnosticStatusWrapper()
+    stat.summary(ERROR, "No message was set")
+    out = task_fn(stat)
+    return out.level, out.message, {kv.key: kv.value for kv in out.values}
+
+
+def test_camera_levels():
+    counters = CameraCounters("/cam", 1.0)
+    active = [True]
+    task = diagnostics.CameraTask(counters, lambda: active[0])
+    counters.arrived(S)
+    counters.sampled(S)
+    counters.ingested()
+    level, message, values = run(task.run)
+    assert level == OK and message == "1 frames taken into memory"
+    assert values["Frames received"] == "1" and values["Frames taken into memory"] == "1"
+
+    counters.arrived(2 * S)
+    counters.dropped()  # the slot was overwritten: the encoder is slower than the camera
+    level, message, values = run(task.run)
+    assert level == WARN and "dropped" in message and values["Frames dropped (encoder busy)"] == "1"
+
+    counters.arrived(3 * S)
+    counters.arrived(4 * S)
+    counters.rejected("encoding", "unsupported encoding 'yuv422'")
+    level, message, _ = run(task.run)
+    assert level == WARN and "1 frame(s) rejected: unsupported encoding 'yuv422'" == message
+
+    counters.arrived(5 * S)
+    counters.rejected("step", "step 8 is less than width 3 x 3 bytes")
+    level, message, values = run(task.run)
+    assert level == ERROR and message.startswith("every frame rejected")
+    assert values["Rejected: encoding"] == "1" and values["Rejected: step"] == "1"
+
+    level, message, _ = run(task.run)  # nothing since the last update: the rate task says so
+    assert level == OK
+    active[0] = False
+    assert run(task.run)[0] == WARN
+
+
+def make(status, **context):
+    ctx = {"active": True, "prefix_tokens": 20, "chunk_span_s": 8.0, "chunk_error": "", "gpu_total_bytes": 0, **context}
+    return diagnostics.EngineTasks(lambda: status, lambda: ctx)
+
+
+def memory(**fields):
+    m = MemoryStatus(policy="fifo", model_id="tiny", frames_in_memory=16, kv_tokens=468, kv_bytes=119808,
+                     budget_tokens=96, layer_tokens=[116, 116, 116, 116])
+    for key, value in fields.items():
+        setattr(m, key, value)
+    return m
+
+
+def test_memory_levels():
+    level, message, values = run(make(memory()).memory)
+    assert level == OK and "16 frames" in message and values["KV bytes"] == "119808"
+    assert values["Layer tokens min/mean/max"] == "116/116.0/116" and "GPU total (MiB)" not in values
+    level, message, _ = run(make(memory(layer_tokens=[116, 117, 116, 116])).memory)
+    assert level == WARN and "over budget: a layer holds 97 video tokens, budget 96" in message
+    unbounded = memory(budget_tokens=0, layer_tokens=[500, 500])
+    assert run(make(unbounded).memory)[:2] == (OK, "16 frames, 0.1 MiB KV (unbounded)")
+    banked = memory(budget_tokens=0, bank_tokens=[24, 96, 180])
+    level, message, values = run(make(banked).memory)
+    assert (level, message) == (OK, "16 frames, 0.1 MiB KV (bounded by its banks)")
+    assert values["Bank tokens (instantaneous/short-term/episodic)"] == "24 96 180"
+    gpu = memory(gpu_reserved_bytes=95 * 2**20, gpu_allocated_bytes=90 * 2**20)
+    level, message, values = run(make(gpu, gpu_total_bytes=100 * 2**20).memory)
+    assert level == WARN and "CUDA memory nearly full" in message and values["GPU reserved (MiB)"] == "95.0"
+
+
+def test_latency_levels():
+    before_any = make(memory())
+    assert run(before_any.latency)[:2] == (OK, "no chunk encoded yet")
+    fast = memory(chunks_encoded=3, encode_ms=100.0, prefill_ms=50.0, compress_ms=10.0, last_ttft_ms=42.0)
+    level, message, values = run(make(fast).latency)
+    assert level == OK and values["Last TTFT (ms)"] == "42.0" and values["Stream time per chunk (ms)"] == "8000.0"
+    slow = memory(chunks_encoded=3, encode_ms=7000.0, prefill_ms=1500.0, compress_ms=10.0)
+    level, message, _ = run(make(slow).latency)
+    assert level == WARN and "falls behind" in message  # 8.5 s of work for 8 s of stream
+    failing = make(memory(chunks_encoded=3, chunks_failed=1), chunk_error="ChunkError: out of memory")
+    level, message, _ = run(failing.latency)
+    assert level == ERROR and "1 chunk(s) failed: ChunkError: out of memory" == message
+    assert run(failing.latency)[0] == OK  # reported once: the next update has no new failure

@@ -1,0 +1,148 @@
+"""launch/live.launch.py and launch/replay.launch.py: their content (imported, evaluated), and, where
+`ros2 launch` finds this checkout's package (scripts/setup.sh builds it into install/), real runs
+ended by SIGINT with every process gone."""
+import importlib.util
+import os
+import pathlib
+import shutil
+import signal
+import time
+
+import pytest
+
+from node_procs import HANG_GUARD_S, ROOT, Proc, alive, child_env, descendants, new_domain
+from streamcache_ros import bagfile
+
+launch = pytest.importorskip("launch", reason="cannot run here: the launch package is not installed")
+pytest.importorskip("launch_ros", reason="cannot run here: launch_ros is not installed")
+from launch import LaunchContext  # noqa: E402
+from launch.actions import DeclareLaunchArgument, OpaqueFunction  # noqa: E402
+
+from streamcache_ros.node import launching  # noqa: E402
+
+LAUNCH = ROOT / "launch"
+
+
+def load(name):
+    spec = importlib.util.spec_from_file_location(name.replace(".", "_"), LAUNCH / name)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.generate_launch_description()
+
+
+def evaluate(description, **arguments):
+    """The actions the description's OpaqueFunctions produce for these launch arguments."""
+    context = LaunchContext()
+    declared = {}
+    for entity in description.entities:
+        if isinstance(entity, DeclareLaunchArgument):
+            declared[entity.name] = entity
+            default = entity.default_value
+            value = arguments.get(entity.name, "".join(s.perform(context) for s in default) if default else None)
+            if value is not None:
+                context.launch_configurations[entity.name] = value
+    produced = []
+    for entity in description.entities:
+        if isinstance(entity, OpaqueFunction):
+            produced += entity.execute(context) or []
+    return declared, produced, context
+
+
+def test_live_launch_content():
+    declared, produced, context = evaluate(load("live.launch.py"), camera_topics="['/front/image_raw', '/rear/c/compressed']",
+                                           budget_tokens="4000", policy="fifo")
+    assert {"namespace", "params_file", "policy_params_file", "camera_topics", "model_path", "policy",
+            "budget_tokens", "device", "sample_fps", "log_level"} <= set(declared)
+    assert context.launch_configurations["namespace"] == "streamcache"  # CONTRACT: the launch files' namespace
+    assert pathlib.Path(context.launch_configurations["params_file"]).name == "streamcache.yaml"
+    assert pathlib.Path(context.launch_configurations["params_file"]).is_file()
+    (node,) = produced
+    assert (node.node_package, node.node_executable) == ("streamcache_ros", "streamcache_node")
+    assert launching.overrides(context) == {"camera_topics": ["/front/image_raw", "/rear/c/compressed"],
+                                            "budget_tokens": 4000, "policy": "fifo"}
+
+
+def test_replay_launch_content():
+    declared, produced, context = evaluate(load("replay.launch.py"), bag="/data/run", rate="0", lock_step="true")
+    assert {"bag", "rate", "lock_step", "shutdown_after_replay", "namespace", "params_file"} <= set(declared)
+    node, replay = produced
+    assert node.node_executable == "streamcache_node" and replay.node_executable == "streamcache-replay"
+    assert launching.overrides(context) == {}  # nothing given: every parameter from the YAML files
+
+
+def test_aggregator_is_added_on_request():
+    _, produced, _ = evaluate(load("live.launch.py"), aggregator="true")
+    assert [n.node_package for n in produced] == ["streamcache_ros", "diagnostic_aggregator"]
+
+
+def installed_here() -> str:
+    """'' when `ros2 launch streamcache_ros ...` would run this checkout, else why not."""
+    if shutil.which("ros2") is None:
+        return "the ros2 CLI is not installed (no ros2 CLI wheels, no system ROS 2)"
+    try:
+        from ament_index_python.packages import get_package_share_directory
+        share = pathlib.Path(get_package_share_directory("streamcache_ros"))
+    except Exception as err:  # noqa: BLE001
+        return f"streamcache_ros is not installed the ROS way ({err}); scripts/setup.sh builds it"
+    launch_file = (share / "launch" / "live.launch.py").resolve()
+    if launch_file != (LAUNCH / "live.launch.py").resolve():
+        return f"streamcache_ros in AMENT_PREFIX_PATH is another checkout's ({launch_file}); scripts/setup.sh here builds this one"
+    return ""
+
+
+needs_install = pytest.mark.skipif(bool(installed_here()), reason=f"cannot run here: {installed_here()}")
+
+
+def run_launch(domain, *args):
+    env = child_env(domain)
+    env["ROS_LOG_DIR"] = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"streamcache-test-ros-log-{os.getpid()}")
+    return Proc(["ros2", "launch", "streamcache_ros", *args], env)
+
+
+def stop_and_check_all_gone(proc):
+    tree = descendants(proc.popen.pid)
+    assert tree, "the launch started no process"
+    proc.popen.send_signal(signal.SIGINT)  # as Ctrl-C in the launch's terminal
+    assert proc.wait() == 0, proc.output()
+    deadline = time.monotonic() + HANG_GUARD_S
+    while any(alive(pid) for pid in tree) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not [pid for pid in tree if alive(pid)], proc.output()
+
+
+@needs_install
+def test_ros2_launch_live_then_sigint():
+    from streamcache_ros.node.client import StreamCacheClient
+
+    domain = new_domain()
+    proc = run_launch(domain, "live.launch.py", "namespace:=sc_launch", "policy:=fifo", "budget_tokens:=96",
+                      "camera_topics:=['/launch_test/image']")
+    try:
+        with StreamCacheClient("/sc_launch", timeout=HANG_GUARD_S, domain_id=domain) as client:
+            status = client.memory_status()
+            assert (status.policy, status.budget_tokens) == ("fifo", 96)
+            refused = client.ask("anything?", camera="/camera/image_raw")
+            assert "camera_topics: /launch_test/image" in refused.error_message
+        stop_and_check_all_gone(proc)
+    finally:
+        proc.kill_group()
+
+
+@needs_install
+def test_ros2_launch_replay_then_sigint(tmp_path):
+    from streamcache_ros.node.client import StreamCacheClient
+
+    domain = new_domain()
+    bag = bagfile.make_bag(tmp_path / "bag", frames=40, fps=2.0)
+    proc = run_launch(domain, "replay.launch.py", f"bag:={bag}", "rate:=0", "lock_step:=true", "policy:=fifo")
+    try:
+        with StreamCacheClient("/streamcache", timeout=HANG_GUARD_S, domain_id=domain) as client:
+            deadline = time.monotonic() + HANG_GUARD_S
+            while client.memory_status().frames_received < 40 and time.monotonic() < deadline:
+                pass
+            answer = client.ask("What did you see?")
+            # 40 frames at 2 fps sampled at 1 fps: 20 frames, nothing evicted under the default budget
+            assert answer.success and answer.frames_in_memory == 20, answer.error_message
+        stop_and_check_all_gone(proc)
+    finally:
+        proc.kill_group()
