@@ -5,9 +5,11 @@ stopped by the fixture that started it (SIGINT, then SIGKILL as a last resort).
 """
 from __future__ import annotations
 
+import atexit
 import os
 import pathlib
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -36,12 +38,17 @@ def child_env(domain: int, extra_pythonpath: str | None = None) -> dict:
     return env
 
 
+# every child's log in one folder, removed when the test session ends
+LOG_DIR = tempfile.mkdtemp(prefix="streamcache-test-logs-")
+atexit.register(shutil.rmtree, LOG_DIR, True)
+
+
 class Proc:
     """A child process whose output goes to a temporary file (read it with .output())."""
 
     def __init__(self, cmd: list[str], env: dict):
         self.cmd = cmd
-        self.log = tempfile.NamedTemporaryFile("w+", prefix="streamcache-test-", suffix=".log", delete=False)
+        self.log = tempfile.NamedTemporaryFile("w+", prefix="proc-", suffix=".log", dir=LOG_DIR, delete=False)
         self.popen = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=self.log, stderr=subprocess.STDOUT,
                                       start_new_session=True)
 

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from node_procs import HANG_GUARD_S, ROOT, Proc, alive, child_env, descendants, new_domain
+from node_procs import HANG_GUARD_S, LOG_DIR, ROOT, Proc, alive, child_env, descendants, new_domain
 from streamcache_ros import bagfile
 
 launch = pytest.importorskip("launch", reason="cannot run here: the launch package is not installed")
@@ -95,7 +95,7 @@ needs_install = pytest.mark.skipif(bool(installed_here()), reason=f"cannot run h
 
 def run_launch(domain, *args):
     env = child_env(domain)
-    env["ROS_LOG_DIR"] = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"streamcache-test-ros-log-{os.getpid()}")
+    env["ROS_LOG_DIR"] = os.path.join(LOG_DIR, "ros-log")
     return Proc(["ros2", "launch", "streamcache_ros", *args], env)
 
 
