@@ -25,6 +25,7 @@ setup(
     entry_points={
         "console_scripts": [
             "streamcache-demo = streamcache_ros.demo:main",
+            "streamcache-profile = streamcache_ros.tools.profile_heads:main",
         ],
     },
 )

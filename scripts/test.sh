@@ -9,6 +9,8 @@ source scripts/env.sh
 export ROS_DOMAIN_ID=${ROS_DOMAIN_ID:-$(( (RANDOM % 100) + 100 ))}
 export ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST
 export HF_HUB_OFFLINE=1
+# the tiny test models are faster on one thread, and node subprocesses then share the cores fairly
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 set +e
 python -m pytest -q -p no:cacheprovider "$@" test
 status=$?

@@ -18,7 +18,7 @@ from .session import Session, SessionConfig
 
 ENGINE_DEFAULTS: dict[str, Any] = {
     "model_path": DEFAULT_MODEL,
-    "policy": "fifo",
+    "policy": "hermes",
     "budget_tokens": 6000,
     "sample_fps": 1.0,
     "chunk_frames": 8,

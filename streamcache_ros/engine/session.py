@@ -198,11 +198,19 @@ class Session:
             t1 = time.perf_counter()
             rel = adapter.chunk_rel_positions(inputs)
             unit_ids = torch.arange(self._next_unit, self._next_unit + inputs.num_units)
-            new = NewTokens(rel, unit_ids.repeat_interleave(inputs.tokens_per_unit),
-                            torch.full((rel.shape[1],), chunk_id, dtype=torch.long))
+            units = unit_ids.repeat_interleave(inputs.tokens_per_unit)
+            chunks = torch.full((rel.shape[1],), chunk_id, dtype=torch.long)
             policy.ensure_room(int(rel.max().item()) + 1)
             mark = policy.mark()  # ensure_room may re-index; it never changes lengths
-            adapter.forward(embeds[None], new, policy, layer_hook=self.chunk_layer_hook)
+            step = inputs.tokens_per_unit if policy.prefill_unit_by_unit else rel.shape[1]
+            for start in range(0, rel.shape[1], step):
+                part = slice(start, start + step)
+                # the policy places a forward at its next offset (max + 1 of what it holds); rebasing
+                # each step on the previous steps keeps the chunk's own positions
+                offset = rel[:, :start].max() + 1 if start else 0.0
+                new = NewTokens(rel[:, part] - offset, units[part], chunks[part])
+                adapter.forward(embeds[None, part], new, policy, layer_hook=self.chunk_layer_hook)
+                policy.after_prefill(new)
             t2 = time.perf_counter()
             unit_frames = {int(u): tuple(f) for u, f in zip(unit_ids, inputs.unit_frames)}
             info = policy.after_chunk(ChunkContext(chunk_id, guidance=getattr(adapter, "guidance", None),

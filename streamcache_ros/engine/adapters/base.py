@@ -49,7 +49,9 @@ class VisionEncoder(abc.ABC):
 
 def config_fingerprint(config) -> str:
     """A short hash of a model config: tells two models (or an exported encoder's source) apart."""
-    text = json.dumps(config.to_dict(), sort_keys=True, default=str)
+    data = config.to_dict()
+    data.pop("_name_or_path", None)  # where it was loaded from is not what it is
+    text = json.dumps(data, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -75,6 +77,59 @@ def match_option(answer: str, options: list[str]) -> int:
     return hits[0] if len(hits) == 1 else -1
 
 
+def project_qk(attn: torch.nn.Module, normed: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """A layer's un-rotated q [B, Hq, Q, D] and k [B, Hkv, Q, D] from its normed input [B, Q, hidden]."""
+    bsz, q_len, _ = normed.shape
+    q = attn.q_proj(normed).view(bsz, q_len, -1, attn.head_dim).transpose(1, 2)
+    k = attn.k_proj(normed).view(bsz, q_len, -1, attn.head_dim).transpose(1, 2)
+    return q, k
+
+
+class _QKRecorder:
+    """Stands in for a policy during one forward pass: records each layer's un-rotated q/k and
+    passes the call on."""
+
+    def __init__(self, policy: CachePolicy):
+        self.policy = policy
+        self.qk: list[tuple[torch.Tensor, torch.Tensor]] = []
+
+    def attend(self, layer, q, k, v, new, key_filter=None):
+        self.qk.append((q, k))
+        return self.policy.attend(layer, q, k, v, new, key_filter)
+
+
+class GuidanceProvider:
+    """What HERMES needs from the model for its guidance prompts (hermes_spec §5-6), so that the
+    cache policy stays torch-only: raw token ids and every layer's un-rotated q/k projections."""
+
+    def __init__(self, adapter: "ModelAdapter"):
+        self.adapter = adapter
+
+    def token_ids(self, text: str) -> list[int]:
+        # hermes_spec §5: tokenised raw, no chat template and no special tokens
+        return self.adapter.tokenizer(text, add_special_tokens=False).input_ids
+
+    @torch.inference_mode()
+    def embedding_qk(self, ids: list[int]) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """D3 (the reference): layer l's q/k projected from input_layernorm_l(token embeddings), the
+        same embeddings for every layer."""
+        embeds = self.adapter.embed_text(ids)
+        return [project_qk(layer.self_attn, layer.input_layernorm(embeds)) for layer in self.adapter.text_model.layers]
+
+    @torch.inference_mode()
+    def hidden_qk(self, ids: list[int], policy: CachePolicy) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Layer l's q/k from the layer's own input: the text runs through the decoder over the cache
+        like a question would, and its tokens are removed again (the cache is unchanged)."""
+        adapter = self.adapter
+        recorder = _QKRecorder(policy)
+        mark = policy.mark()
+        try:
+            adapter.forward(adapter.embed_text(ids), adapter.text_tokens(len(ids)), recorder)
+        finally:
+            policy.truncate(mark)
+        return recorder.qk
+
+
 class ModelAdapter(abc.ABC):
     """One model family on transformers: prompt layout, vision encoding, decoder loop."""
 
@@ -97,6 +152,7 @@ class ModelAdapter(abc.ABC):
         eos = self.tokenizer.eos_token_id
         self.stop_ids = {eos} if isinstance(eos, int) else set(eos or [])
         self.config_hash = config_fingerprint(model.config)
+        self.guidance = GuidanceProvider(self)  # handed to the cache policy after each chunk (HERMES)
 
     # -- family-specific --------------------------------------------------------------------------
     @abc.abstractmethod
@@ -134,6 +190,7 @@ class ModelAdapter(abc.ABC):
             num_kv_heads=cfg.num_key_value_heads, head_dim=head_dim, dtype=self.dtype, device=self.device,
             rotary=self.rotary_spec(), max_position_embeddings=cfg.max_position_embeddings,
             model_family=self.family, attention_backend=self.attention_backend,
+            model_id=self.model_id, config_hash=self.config_hash,
         )
 
     # -- text -------------------------------------------------------------------------------------
@@ -185,12 +242,10 @@ class ModelAdapter(abc.ABC):
             if layer_hook is not None:
                 layer_hook(index)
             attn = layer.self_attn
-            head_dim = attn.head_dim
             residual = hidden
             normed = layer.input_layernorm(hidden)
-            q = attn.q_proj(normed).view(bsz, q_len, -1, head_dim).transpose(1, 2)
-            k = attn.k_proj(normed).view(bsz, q_len, -1, head_dim).transpose(1, 2)
-            v = attn.v_proj(normed).view(bsz, q_len, -1, head_dim).transpose(1, 2)
+            q, k = project_qk(attn, normed)
+            v = attn.v_proj(normed).view(bsz, q_len, -1, attn.head_dim).transpose(1, 2)
             out = policy.attend(index, q, k, v, new, key_filter)
             hidden = residual + attn.o_proj(out.transpose(1, 2).reshape(bsz, q_len, -1))
             hidden = hidden + layer.mlp(layer.post_attention_layernorm(hidden))

@@ -8,10 +8,14 @@ from .base import (PREFIX_UNIT, SUMMARY_UNIT, TEXT_UNIT, CacheGeometry, CachePol
                    ChunkContext, LayerwisePolicy, NewTokens)
 from .fifo import FifoCachePolicy
 from .full import FullCachePolicy
+from .h2svc import H2svcPolicy
+from .hermes import HermesPolicy
 
 POLICIES: dict[str, type[CachePolicy]] = {
     FullCachePolicy.name: FullCachePolicy,
     FifoCachePolicy.name: FifoCachePolicy,
+    HermesPolicy.name: HermesPolicy,
+    H2svcPolicy.name: H2svcPolicy,
 }
 
 

@@ -22,6 +22,16 @@ def flash_attn_func():
     return fn
 
 
+@functools.lru_cache(maxsize=1)
+def flash_attn_varlen_func():
+    """flash_attn.flash_attn_varlen_func when flash-attn is installed, else None."""
+    try:
+        from flash_attn import flash_attn_varlen_func as fn  # noqa: PLC0415
+    except Exception:
+        return None
+    return fn
+
+
 def resolve_backend(requested: str, device: torch.device) -> str:
     """'auto' picks flash-attn on CUDA when it imports, else SDPA."""
     if requested not in ("auto", "sdpa", "flash"):
@@ -50,8 +60,8 @@ def cached_attention(
 ) -> torch.Tensor:
     """q [B, Hq, Q, D]; k, v [B, Hkv, T, D] with Hq a multiple of Hkv -> [B, Hq, Q, D].
 
-    ``key_mask`` [T] bool (optional) hides cached keys (e.g. another camera's frames); the
-    queries' own tokens must stay visible.
+    ``key_mask`` [T] bool, or [Hkv, T] for a mask per KV head (optional), hides cached keys (e.g.
+    another camera's frames); the queries' own tokens must stay visible.
     """
     q_len, k_len = q.shape[2], k.shape[2]
     if backend == "flash" and key_mask is None and q.is_cuda:
@@ -61,6 +71,41 @@ def cached_attention(
     mask = None
     if q_len > 1 or key_mask is not None:
         mask = bottom_right_causal_mask(q_len, k_len, q.device)
-        if key_mask is not None:
+        if key_mask is not None and key_mask.dim() == 2:
+            # one row per KV head, shared by the query heads of its group
+            per_head = mask[None] & key_mask.to(q.device)[:, None, :]
+            mask = per_head.repeat_interleave(q.shape[1] // key_mask.shape[0], dim=0)[None]
+        elif key_mask is not None:
             mask = mask & key_mask.to(q.device)[None, :]
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=q.shape[1] != k.shape[1])
+
+
+def varlen_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, key_mask: torch.Tensor | None,
+                     kernel=None) -> torch.Tensor:
+    """Attention where every KV head is a sequence of its own length (h2svc_spec §4, option B).
+
+    q [1, Hq, Q, D]; k, v [1, Hkv, T, D]; ``key_mask`` [Hkv, T] (None: every key) says which keys
+    belong to each head's sequence; the queries' own tokens must be the last Q of each. Each head's
+    keys are packed back to back and its G query heads ride on the sequence as heads, so one
+    ``flash_attn_varlen_func`` call (causal: bottom-right in flash-attn >= 2.1) serves them all.
+    ``kernel`` has that function's signature (default: flash-attn's; tests pass a reference).
+    """
+    kernel = kernel or flash_attn_varlen_func()
+    if kernel is None:
+        raise RuntimeError("flash-attn is not installed")
+    _, hq, q_len, dim = q.shape
+    hkv, k_len = k.shape[1], k.shape[2]
+    group = hq // hkv
+    if key_mask is None:
+        lengths = torch.full((hkv,), k_len, dtype=torch.int32, device=k.device)
+        k_var, v_var = k[0].reshape(hkv * k_len, 1, dim), v[0].reshape(hkv * k_len, 1, dim)
+    else:
+        keep = key_mask.to(k.device)
+        lengths = keep.sum(dim=1, dtype=torch.int32)
+        k_var, v_var = k[0][keep][:, None], v[0][keep][:, None]  # row-major: head by head
+    zero = torch.zeros(1, dtype=torch.int32, device=k.device)
+    cu_k = torch.cat((zero, lengths.cumsum(0, dtype=torch.int32)))
+    cu_q = torch.arange(hkv + 1, dtype=torch.int32, device=q.device) * q_len
+    q_var = q[0].reshape(hkv, group, q_len, dim).transpose(1, 2).reshape(hkv * q_len, group, dim)
+    out = kernel(q_var, k_var, v_var, cu_q, cu_k, q_len, int(lengths.max()), causal=True)
+    return out.reshape(hkv, q_len, group, dim).transpose(1, 2).reshape(1, hq, q_len, dim)

@@ -38,6 +38,8 @@ class CacheGeometry:
     max_position_embeddings: int
     model_family: str = ""
     attention_backend: str = "sdpa"
+    model_id: str = ""  # which model: H2SVC checks that its head map was profiled on it
+    config_hash: str = ""
 
     @property
     def group_size(self) -> int:
@@ -88,6 +90,9 @@ class CachePolicy(abc.ABC):
     """The interface the session and the adapters use. One subclass per method, one file each."""
 
     name: ClassVar[str] = "base"
+    # True: the session prefills a chunk one unit per forward (encoding its pixels once) and calls
+    # after_prefill after each, so the policy can evict between units (H2SVC's frame-by-frame arrival)
+    prefill_unit_by_unit: bool = False
 
     def __init__(self, budget_tokens: int = 0, reindex: str = "lazy", reindex_margin: int = 1024):
         if reindex not in ("lazy", "eager"):
@@ -124,6 +129,11 @@ class CachePolicy(abc.ABC):
         ``key_filter``: unit ids a question may look at (None = all); prefix, summary and text
         tokens stay visible.
         """
+
+    def after_prefill(self, new: NewTokens) -> None:
+        """Called after each forward of a chunk's video tokens (one per unit when
+        ``prefill_unit_by_unit``), before ``after_chunk``. A failure later in the chunk is undone
+        by ``truncate`` to the mark taken before the chunk."""
 
     def after_chunk(self, context: ChunkContext) -> dict[str, Any]:
         """Bring the cache back to budget after a chunk was prefilled; returns facts to log."""
@@ -238,12 +248,16 @@ class LayerwisePolicy(CachePolicy):
     def attend(self, layer, q, k, v, new, key_filter=None):
         store = self.layers[layer]
         positions = new.rel_positions.to(q.device) + store.next_offset()
-        cos, sin = self.geometry.rotary.cos_sin(positions, q.dtype)
+        cos, sin = self.geometry.rotary.cos_sin(self.rotary_positions(layer, positions, new), q.dtype)
         q = apply_rotary(q, cos, sin)
         k = apply_rotary(k, cos, sin)
         store.append(k, v, positions, new.units, new.chunks)
         key_mask = None if key_filter is None else store.key_mask(key_filter)
         return cached_attention(q, store.keys, store.values, key_mask, self.geometry.attention_backend)
+
+    def rotary_positions(self, layer: int, positions: torch.Tensor, new: NewTokens) -> torch.Tensor:
+        """Where ``layer``'s new tokens are rotated: at the positions recorded for them."""
+        return positions
 
     def after_chunk(self, context: ChunkContext) -> dict[str, Any]:
         report = self.compress(context) or {}
