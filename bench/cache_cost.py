@@ -3,7 +3,8 @@ as the stream grows from 16 to 2048 frames.
 
 Each policy is fed random K/V of a 7B model's shapes (28 layers, 4 KV heads, head_dim 128) the way the
 session feeds it: per chunk of 16 frames, ``append`` for every layer (one unit at a time for H2SVC,
-with ``after_prefill`` after each), then ``after_chunk``. The attention of the chunk's queries is left
+with ``after_prefill`` after each), then ``after_chunk``; the policies take turns, a chunk each (lock step),
+so a change in the machine's load hits them alike. The attention of the chunk's queries is left
 out by default (``--attention`` runs it too: a GPU job), so what is timed is the cache's own work:
 
 * append ms: rotating and storing the chunk's keys/values (the copies the storage makes);
@@ -243,10 +244,10 @@ def forward(policy, geo: CacheGeometry, tokens: RandomTokens, new: NewTokens, at
             policy.append(layer, k, v, new)
 
 
-@torch.inference_mode()
 def stream(shape: Shape, variant: Variant, geo: CacheGeometry, provider: RandomGuidance, args,
-           frames_limit: int) -> list[dict]:
-    """Feed ``frames_limit`` frames to a fresh policy; one record per chunk."""
+           frames_limit: int):
+    """Feed ``frames_limit`` frames to a fresh policy, a chunk per step; yields one record per chunk
+    (run it under ``torch.inference_mode``)."""
     device = geo.device
     policy = make_policy(variant.policy, **variant.params)
     policy.setup(geo)
@@ -258,7 +259,6 @@ def stream(shape: Shape, variant: Variant, geo: CacheGeometry, provider: RandomG
     forward(policy, geo, tokens, NewTokens(torch.arange(prefix, dtype=torch.float32, device=device).expand(axes, -1),
                                            torch.full((prefix,), PREFIX_UNIT), torch.full((prefix,), -1)), args.attention)
     step = shape.unit_tokens if policy.prefill_unit_by_unit else rel.shape[1]
-    records = []
     for chunk in range(frames_limit // args.chunk_frames):
         units = torch.arange(chunk * chunk_units, (chunk + 1) * chunk_units).repeat_interleave(shape.unit_tokens)
         chunk_ids = torch.full((rel.shape[1],), chunk)
@@ -277,9 +277,23 @@ def stream(shape: Shape, variant: Variant, geo: CacheGeometry, provider: RandomG
         with compress:
             info = policy.after_chunk(ChunkContext(chunk, guidance=provider))
         held = policy.stats()
-        records.append({"frames": (chunk + 1) * args.chunk_frames, "append_ms": store.ms, "compress_ms": compress.ms,
-                        "peak_bytes": peak, "held_bytes": held.kv_bytes, "kv_tokens": held.kv_tokens,
-                        "reindexed": bool(info.get("reindexed") or info.get("reindexed_heads"))})
+        yield {"frames": (chunk + 1) * args.chunk_frames, "append_ms": store.ms, "compress_ms": compress.ms,
+               "peak_bytes": peak, "held_bytes": held.kv_bytes, "kv_tokens": held.kv_tokens,
+               "reindexed": bool(info.get("reindexed") or info.get("reindexed_heads"))}
+
+
+def lock_step(streams: dict) -> dict[str, list[dict]]:
+    """Advance every policy's stream a chunk at a time, in turn, so that a change in the machine's
+    load hits them alike; returns each one's records."""
+    records = {name: [] for name in streams}
+    active = dict(streams)
+    while active:
+        for name, chunks in list(active.items()):
+            record = next(chunks, None)
+            if record is None:
+                del active[name]
+            else:
+                records[name].append(record)
     return records
 
 
@@ -398,14 +412,16 @@ def main(argv=None) -> None:
             notes[name] = {"shape": dataclasses.asdict(shape), "h2svc_bank_heads": bank_heads,
                            "full_measured_up_to_frames": full_limit, "chunk_tokens":
                            args.chunk_frames // shape.frames_per_unit * shape.unit_tokens}
-            for variant in variants(args, head_map):
-                limit = full_limit if variant.policy == "full" else checkpoints[-1]
-                print(f"# {name} {variant.label}: streaming {limit} frames", flush=True)
-                records = stream(shape, variant, geo, provider, args, limit) if limit else []
-                per_chunk[f"{name}/{variant.label}"] = records
-                rows += summarize(shape, variant, records, checkpoints, args.chunk_frames, bank_heads)
-                if device.type == "cuda":
-                    torch.cuda.empty_cache()
+            chosen = variants(args, head_map)
+            limits = {v.label: full_limit if v.policy == "full" else checkpoints[-1] for v in chosen}
+            print(f"# {name}: " + ", ".join(f"{label} to {n} frames" for label, n in limits.items()), flush=True)
+            with torch.inference_mode():
+                records = lock_step({v.label: stream(shape, v, geo, provider, args, limits[v.label]) for v in chosen})
+            for variant in chosen:
+                per_chunk[f"{name}/{variant.label}"] = records[variant.label]
+                rows += summarize(shape, variant, records[variant.label], checkpoints, args.chunk_frames, bank_heads)
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
     for row in rows:
         row["held"] = common.human_bytes(row["held_bytes"]) + (" (computed)" if row["source"] == "computed" else "")
         row["peak"] = common.human_bytes(row["peak_bytes"])
