@@ -333,7 +333,9 @@ def full_frames_that_fit(shape: Shape, checkpoints: list[int], args, device) -> 
     return min(limit, args.full_max_frames) if args.full_max_frames else limit
 
 
-def plot(rows: list[dict], path: pathlib.Path) -> bool:
+def plot(rows: list[dict], per_chunk: dict[str, list[dict]], path: pathlib.Path, device_label: str) -> bool:
+    """Top: KV bytes held against stream length (log-log; the full cache dashed where computed).
+    Bottom: compression time of every chunk."""
     try:
         import matplotlib  # noqa: PLC0415
 
@@ -342,29 +344,59 @@ def plot(rows: list[dict], path: pathlib.Path) -> bool:
     except ImportError:
         return False
     models = list(dict.fromkeys(r["model"] for r in rows))
-    fig, axes = plt.subplots(1, len(models), figsize=(6.5 * len(models), 4.6), squeeze=False)
-    for ax, model in zip(axes[0], models):
+    fig, axes = plt.subplots(2, len(models), figsize=(6.5 * len(models), 8.5), squeeze=False)
+    for column, model in enumerate(models):
+        top, bottom = axes[0][column], axes[1][column]
         for policy in dict.fromkeys(r["policy"] for r in rows if r["model"] == model):
             mine = [r for r in rows if r["model"] == model and r["policy"] == policy]
             measured = [r for r in mine if r["source"] == "measured"]
-            line, = ax.plot([r["frames"] for r in measured], [r["held_bytes"] / 2 ** 30 for r in measured],
-                            marker="o", label=policy)
+            line, = top.plot([r["frames"] for r in measured], [r["held_bytes"] / 2 ** 30 for r in measured],
+                             marker="o", label=policy)
             computed = [r for r in mine if r["source"] == "computed"]
             if computed:
                 joined = measured[-1:] + computed
-                ax.plot([r["frames"] for r in joined], [r["held_bytes"] / 2 ** 30 for r in joined], linestyle="--",
-                        marker="x", color=line.get_color(), label=f"{policy} (computed)")
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
-        ax.set_xlabel("frames in the stream")
-        ax.set_ylabel("KV cache held (GiB)")
-        ax.set_title(model)
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=8)
+                top.plot([r["frames"] for r in joined], [r["held_bytes"] / 2 ** 30 for r in joined], linestyle="--",
+                         marker="x", color=line.get_color(), label=f"{policy} (computed)")
+            chunks = per_chunk.get(f"{model}/{policy}", [])
+            if policy != "full" and chunks:  # full does not compress
+                bottom.plot([c["frames"] for c in chunks], [c["compress_ms"] for c in chunks], linewidth=1,
+                            color=line.get_color(), label=policy)
+        top.set_xscale("log", base=2)
+        top.set_yscale("log")
+        top.set_xlabel("frames in the stream")
+        top.set_ylabel("KV cache held after each chunk (GiB)")
+        top.set_title(model)
+        top.grid(True, which="both", alpha=0.3)
+        top.legend(fontsize=8)
+        bottom.set_xlabel("frames in the stream")
+        bottom.set_ylabel(f"compression ms per chunk ({device_label})")
+        bottom.set_yscale("log")
+        bottom.grid(True, which="both", alpha=0.3)
+        bottom.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=100)
     plt.close(fig)
     return True
+
+
+def report(rows: list[dict], device_label: str) -> str:
+    for row in rows:
+        row["held"] = common.human_bytes(row["held_bytes"]) + (" (computed)" if row["source"] == "computed" else "")
+        row["peak"] = common.human_bytes(row["peak_bytes"])
+    return common.table(rows, [("model", "model"), ("policy", "policy"), ("frames", "frames"), ("held", "KV held"),
+                               ("peak", "KV peak (in chunk)"), ("append_ms", f"append ms/chunk ({device_label})"),
+                               ("compress_ms", f"compress ms/chunk ({device_label})"), ("formula_ok", "= formula")])
+
+
+def replot(path: pathlib.Path) -> None:
+    """Table and PNG again from a JSON this script wrote (e.g. one a GPU run brought back)."""
+    import json  # noqa: PLC0415
+
+    data = json.loads(path.read_text())
+    label = "GPU" if data["machine"].get("cuda") else "CPU"
+    print(report(data["rows"], label))
+    png = path.with_suffix(".png")
+    print(f"wrote {png}" if plot(data["rows"], data["per_chunk"], png, label) else "matplotlib is not installed: no plot")
 
 
 def main(argv=None) -> None:
@@ -388,7 +420,10 @@ def main(argv=None) -> None:
     parser.add_argument("--tiny", action="store_true", help="toy sizes (4 layers, head_dim 16, 3x3 units): smoke test")
     parser.add_argument("--name", default="cache_cost", help="base name of the JSON / PNG")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--replot", type=pathlib.Path, metavar="JSON", help="only redo the table and plot of a result")
     args = parser.parse_args(argv)
+    if args.replot:
+        return replot(args.replot)
     if args.chunk_frames % 2:
         parser.error("--chunk-frames must be even (a Qwen2.5-VL unit is 2 frames)")
     checkpoints = sorted({c for c in args.checkpoints if c % args.chunk_frames == 0})
@@ -422,20 +457,15 @@ def main(argv=None) -> None:
                 rows += summarize(shape, variant, records[variant.label], checkpoints, args.chunk_frames, bank_heads)
             if device.type == "cuda":
                 torch.cuda.empty_cache()
-    for row in rows:
-        row["held"] = common.human_bytes(row["held_bytes"]) + (" (computed)" if row["source"] == "computed" else "")
-        row["peak"] = common.human_bytes(row["peak_bytes"])
     label = "GPU" if device.type == "cuda" else "CPU"
-    print(common.table(rows, [("model", "model"), ("policy", "policy"), ("frames", "frames"), ("held", "KV held"),
-                              ("peak", "KV peak (in chunk)"), ("append_ms", f"append ms/chunk ({label})"),
-                              ("compress_ms", f"compress ms/chunk ({label})"), ("formula_ok", "= formula")]))
+    print(report(rows, label))
     out = pathlib.Path(args.out)
     payload = {"args": {k: (str(v) if isinstance(v, pathlib.Path) else v) for k, v in vars(args).items()},
                "models": notes, "rows": rows, "per_chunk": per_chunk, "seconds": time.perf_counter() - started}
     path = common.write_json(args.name, payload, out, args.device)
     print(f"\nwrote {path}")
     png = out / f"{args.name}.png"
-    if plot(rows, png):
+    if plot(rows, per_chunk, png, label):
         print(f"wrote {png}")
     else:
         print("matplotlib is not installed: no plot")
