@@ -35,6 +35,11 @@ def _git(*args: str) -> str:
         return ""
 
 
+# the code that runs is the code at the start: a commit made while a long benchmark runs is not it
+CODE = {"commit": _git("rev-parse", "--short", "HEAD") or None,
+        "dirty": bool(_git("status", "--porcelain", "--untracked-files=no"))}
+
+
 def _cpu_name() -> str:
     try:
         for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines():
@@ -60,8 +65,7 @@ def machine(device: str = "cpu") -> dict:
         "torch": torch.__version__,
         "transformers": transformers.__version__,
         "cuda": torch.version.cuda if cuda else None,
-        "commit": _git("rev-parse", "--short", "HEAD") or None,
-        "dirty": bool(_git("status", "--porcelain", "--untracked-files=no")),
+        **CODE,
     }
     if cuda:
         from streamcache_ros.engine.cache.attention import flash_attn_func  # noqa: PLC0415
