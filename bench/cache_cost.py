@@ -282,11 +282,12 @@ def stream(shape: Shape, variant: Variant, geo: CacheGeometry, provider: RandomG
                "reindexed": bool(info.get("reindexed") or info.get("reindexed_heads"))}
 
 
-def lock_step(streams: dict) -> dict[str, list[dict]]:
+def lock_step(streams: dict, checkpoints=()) -> dict[str, list[dict]]:
     """Advance every policy's stream a chunk at a time, in turn, so that a change in the machine's
-    load hits them alike; returns each one's records."""
+    load hits them alike; returns each one's records (and says when it passes a checkpoint)."""
     records = {name: [] for name in streams}
     active = dict(streams)
+    started = time.perf_counter()
     while active:
         for name, chunks in list(active.items()):
             record = next(chunks, None)
@@ -294,6 +295,9 @@ def lock_step(streams: dict) -> dict[str, list[dict]]:
                 del active[name]
             else:
                 records[name].append(record)
+        frames = max((r[-1]["frames"] for r in records.values() if r), default=0)
+        if frames in checkpoints and active:
+            print(f"  {frames} frames after {time.perf_counter() - started:.0f} s", flush=True)
     return records
 
 
@@ -451,7 +455,8 @@ def main(argv=None) -> None:
             limits = {v.label: full_limit if v.policy == "full" else checkpoints[-1] for v in chosen}
             print(f"# {name}: " + ", ".join(f"{label} to {n} frames" for label, n in limits.items()), flush=True)
             with torch.inference_mode():
-                records = lock_step({v.label: stream(shape, v, geo, provider, args, limits[v.label]) for v in chosen})
+                records = lock_step({v.label: stream(shape, v, geo, provider, args, limits[v.label]) for v in chosen},
+                                    checkpoints)
             for variant in chosen:
                 per_chunk[f"{name}/{variant.label}"] = records[variant.label]
                 rows += summarize(shape, variant, records[variant.label], checkpoints, args.chunk_frames, bank_heads)

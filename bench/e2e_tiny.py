@@ -102,7 +102,7 @@ def main(argv=None) -> None:
     parser.add_argument("--models", nargs="+", default=MODELS)
     parser.add_argument("--chunk-frames", type=int, default=8)
     parser.add_argument("--new-tokens", type=int, default=16)
-    parser.add_argument("--repeats", type=int, default=5, help="questions per checkpoint and policy (median)")
+    parser.add_argument("--repeats", type=int, default=9, help="questions per checkpoint and policy (median)")
     parser.add_argument("--dtype", default="auto", help="auto: float32 on CPU, bf16/fp16 on CUDA")
     parser.add_argument("--attention", default="auto", help="auto (flash-attn on CUDA when importable) | sdpa | flash")
     parser.add_argument("--threads", type=int, default=1, help="CPU threads (tiny models: 1 is steadier)")
