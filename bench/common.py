@@ -35,9 +35,10 @@ def _git(*args: str) -> str:
         return ""
 
 
-# the code that runs is the code at the start: a commit made while a long benchmark runs is not it
+# the code that runs is the code at the start (a commit made while a long benchmark runs is not
+# it); "dirty": the measured code (bench/, streamcache_ros/) differs from that commit
 CODE = {"commit": _git("rev-parse", "--short", "HEAD") or None,
-        "dirty": bool(_git("status", "--porcelain", "--untracked-files=no"))}
+        "dirty": bool(_git("status", "--porcelain", "--untracked-files=no", "--", "bench", "streamcache_ros"))}
 
 
 def _cpu_name() -> str:
