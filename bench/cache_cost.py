@@ -96,7 +96,8 @@ def geometry(shape: Shape, device: torch.device) -> CacheGeometry:
     digest = hashlib.sha256(repr(shape).encode()).hexdigest()[:16]
     return CacheGeometry(num_layers=shape.layers, num_q_heads=shape.q_heads, num_kv_heads=shape.kv_heads,
                          head_dim=dim, dtype=DTYPES[shape.dtype], device=device,
-                         rotary=RotarySpec(inv_freq, shape.mrope_section), max_position_embeddings=shape.max_position_embeddings,
+                         rotary=RotarySpec(inv_freq, shape.mrope_section),
+                         max_position_embeddings=shape.max_position_embeddings,
                          model_family=shape.family, attention_backend=resolve_backend("auto", device),
                          model_id=f"synthetic-{shape.name}", config_hash=digest)
 
@@ -256,8 +257,9 @@ def stream(shape: Shape, variant: Variant, geo: CacheGeometry, provider: RandomG
     rel = chunk_positions(shape, chunk_units, device)
     tokens = RandomTokens(geo, rel.shape[1], args.attention, seed=args.seed)
     prefix = shape.prefix_tokens
-    forward(policy, geo, tokens, NewTokens(torch.arange(prefix, dtype=torch.float32, device=device).expand(axes, -1),
-                                           torch.full((prefix,), PREFIX_UNIT), torch.full((prefix,), -1)), args.attention)
+    prefix_tokens = NewTokens(torch.arange(prefix, dtype=torch.float32, device=device).expand(axes, -1),
+                              torch.full((prefix,), PREFIX_UNIT), torch.full((prefix,), -1))
+    forward(policy, geo, tokens, prefix_tokens, args.attention)
     step = shape.unit_tokens if policy.prefill_unit_by_unit else rel.shape[1]
     for chunk in range(frames_limit // args.chunk_frames):
         units = torch.arange(chunk * chunk_units, (chunk + 1) * chunk_units).repeat_interleave(shape.unit_tokens)
@@ -383,12 +385,13 @@ def plot(rows: list[dict], per_chunk: dict[str, list[dict]], path: pathlib.Path,
     return True
 
 
-def report(rows: list[dict], device_label: str) -> str:
+def report(rows: list[dict], device_label: str, attention: bool = False) -> str:
     for row in rows:
         row["held"] = common.human_bytes(row["held_bytes"]) + (" (computed)" if row["source"] == "computed" else "")
         row["peak"] = common.human_bytes(row["peak_bytes"])
+    work = "prefill (store + attention)" if attention else "store"
     return common.table(rows, [("model", "model"), ("policy", "policy"), ("frames", "frames"), ("held", "KV held"),
-                               ("peak", "KV peak (in chunk)"), ("append_ms", f"append ms/chunk ({device_label})"),
+                               ("peak", "KV peak (in chunk)"), ("append_ms", f"{work} ms/chunk ({device_label})"),
                                ("compress_ms", f"compress ms/chunk ({device_label})"), ("formula_ok", "= formula")])
 
 
@@ -398,9 +401,10 @@ def replot(path: pathlib.Path) -> None:
 
     data = json.loads(path.read_text())
     label = "GPU" if data["machine"].get("cuda") else "CPU"
-    print(report(data["rows"], label))
+    print(report(data["rows"], label, bool(data["args"].get("attention"))))
     png = path.with_suffix(".png")
-    print(f"wrote {png}" if plot(data["rows"], data["per_chunk"], png, label) else "matplotlib is not installed: no plot")
+    drawn = plot(data["rows"], data["per_chunk"], png, label)
+    print(f"wrote {png}" if drawn else "matplotlib is not installed: no plot")
 
 
 def main(argv=None) -> None:
@@ -463,7 +467,7 @@ def main(argv=None) -> None:
             if device.type == "cuda":
                 torch.cuda.empty_cache()
     label = "GPU" if device.type == "cuda" else "CPU"
-    print(report(rows, label))
+    print(report(rows, label, args.attention))
     out = pathlib.Path(args.out)
     payload = {"args": {k: (str(v) if isinstance(v, pathlib.Path) else v) for k, v in vars(args).items()},
                "models": notes, "rows": rows, "per_chunk": per_chunk, "seconds": time.perf_counter() - started}

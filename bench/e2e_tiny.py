@@ -35,7 +35,8 @@ def make_sessions(model: str, policies: list[str], args) -> dict:
             "chunk_frames": args.chunk_frames, "max_new_tokens": args.new_tokens}
     probe = build_session({**base, "policy": "full"})
     per_unit = probe.adapter.preprocess([clip.frame(0)]).tokens_per_unit
-    sessions = {p: probe if p == "full" else build_session({**base, "policy": p, "budget_tokens": BUDGET_UNITS * per_unit})
+    budget = BUDGET_UNITS * per_unit
+    sessions = {p: probe if p == "full" else build_session({**base, "policy": p, "budget_tokens": budget})
                 for p in policies}
     for session in sessions.values():  # warm-up: the first chunk and question pay for lazy initialisation
         for i in range(args.chunk_frames):
@@ -98,7 +99,8 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     common.add_common_args(parser)
     parser.add_argument("--lengths", type=int, nargs="+", default=[16, 64, 256, 1024])
-    parser.add_argument("--policies", nargs="+", default=[p for p in ("full", "fifo", "hermes", "h2svc") if p in POLICIES])
+    parser.add_argument("--policies", nargs="+",
+                        default=[p for p in ("full", "fifo", "hermes", "h2svc") if p in POLICIES])
     parser.add_argument("--models", nargs="+", default=MODELS)
     parser.add_argument("--chunk-frames", type=int, default=8)
     parser.add_argument("--new-tokens", type=int, default=16)

@@ -50,7 +50,8 @@ def cache_cost(data: dict) -> list[str]:
         out.append(f"\nPeak within a chunk (before compression) at {last} frames: " + ", ".join(
             f"{r['policy']} {r['peak_bytes'] / 2 ** 30:.3g}" for r in mine if r["frames"] == last) + " GiB; "
             f"every measured size equals the formula: {all(r.get('formula_ok', True) for r in mine)}.")
-        out.append(f"\n{model}: median ms per chunk ({'GPU' if gpu else 'CPU'}), store (append) + compress, "
+        work = "prefill (store + the chunk's attention)" if data["args"].get("attention") else "store (append)"
+        out.append(f"\n{model}: median ms per chunk ({'GPU' if gpu else 'CPU'}), {work} + compress, "
                    "over the chunks since the previous length:\n")
         out.append(pivot([r for r in mine if r["source"] == "measured"], "frames", "policy",
                          lambda r: f"{fmt(r['append_ms'])} + {fmt(r['compress_ms'])}"))
