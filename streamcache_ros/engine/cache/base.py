@@ -121,6 +121,12 @@ class CachePolicy(abc.ABC):
 
     # -- forward pass ---------------------------------------------------------------------------
     @abc.abstractmethod
+    def append(self, layer: int, k: torch.Tensor, v: torch.Tensor, new: NewTokens) -> None:
+        """Rotate the new keys k [1,Hkv,Q,D] at this policy's positions and store k/v, without
+        attending: what ``attend`` stores, for callers that need no attention output (benchmarks
+        at real shapes, where the attention itself is the cost they leave out)."""
+
+    @abc.abstractmethod
     def attend(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                new: NewTokens, key_filter: torch.Tensor | None = None) -> torch.Tensor:
         """Rotate the new q [1,Hq,Q,D] / k [1,Hkv,Q,D] at this policy's positions, store k/v,
@@ -245,15 +251,25 @@ class LayerwisePolicy(CachePolicy):
         self.layers = [LayerStore.empty(self.geometry) for _ in range(self.geometry.num_layers)]
         self.reindex_events = 0
 
+    def append(self, layer, k, v, new):
+        self._store(layer, k, v, new)
+
     def attend(self, layer, q, k, v, new, key_filter=None):
+        cos, sin = self._store(layer, k, v, new)
         store = self.layers[layer]
-        positions = new.rel_positions.to(q.device) + store.next_offset()
-        cos, sin = self.geometry.rotary.cos_sin(self.rotary_positions(layer, positions, new), q.dtype)
-        q = apply_rotary(q, cos, sin)
-        k = apply_rotary(k, cos, sin)
-        store.append(k, v, positions, new.units, new.chunks)
         key_mask = None if key_filter is None else store.key_mask(key_filter)
-        return cached_attention(q, store.keys, store.values, key_mask, self.geometry.attention_backend)
+        return cached_attention(apply_rotary(q, cos, sin), store.keys, store.values, key_mask,
+                                self.geometry.attention_backend)
+
+    def _store(self, layer: int, k: torch.Tensor, v: torch.Tensor,
+               new: NewTokens) -> tuple[torch.Tensor, torch.Tensor]:
+        """Append the new tokens to the layer at its next offset, keys rotated; returns the cos/sin
+        they were rotated with, for the queries of the same tokens."""
+        store = self.layers[layer]
+        positions = new.rel_positions.to(k.device) + store.next_offset()
+        cos, sin = self.geometry.rotary.cos_sin(self.rotary_positions(layer, positions, new), k.dtype)
+        store.append(apply_rotary(k, cos, sin), v, positions, new.units, new.chunks)
+        return cos, sin
 
     def rotary_positions(self, layer: int, positions: torch.Tensor, new: NewTokens) -> torch.Tensor:
         """Where ``layer``'s new tokens are rotated: at the positions recorded for them."""

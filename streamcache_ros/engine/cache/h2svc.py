@@ -121,27 +121,39 @@ class H2svcPolicy(CachePolicy):
         self.reindexed_heads = 0
 
     # -- forward pass ---------------------------------------------------------------------------
+    def append(self, layer, k, v, new):
+        self._store(layer, k, v, new)
+
     def attend(self, layer, q, k, v, new, key_filter=None):
-        g = self.geometry
-        banks = self.banks[layer]
-        offsets = torch.empty(g.num_kv_heads, dtype=torch.float32, device=q.device)
-        for bank in banks:
-            offsets[bank.heads] = bank.next_offsets().to(q.device)
-        # h2svc_spec §5: positions are per KV head (they differ once heads re-index on their own)
-        positions = new.rel_positions.to(q.device)[None] + offsets[:, None, None]  # [Hkv, axes, Q]
-        hkv, axes, q_len = positions.shape
-        cos, sin = g.rotary.cos_sin(positions.transpose(0, 1).reshape(axes, hkv * q_len), q.dtype)
-        cos, sin = cos.view(hkv, q_len, -1), sin.view(hkv, q_len, -1)
-        k = apply_rotary(k, cos[None], sin[None])
-        q = apply_rotary(q, cos.repeat_interleave(g.group_size, 0)[None], sin.repeat_interleave(g.group_size, 0)[None])
+        cos, sin = self._store(layer, k, v, new)
+        group = self.geometry.group_size
+        q = apply_rotary(q, cos.repeat_interleave(group, 0)[None], sin.repeat_interleave(group, 0)[None])
         video = new.units[new.units >= 0]
         first_unit = int(video.min()) if video.numel() else None
         out = torch.empty_like(q)
-        for bank in banks:
-            bank.append(k[:, bank.heads], v[:, bank.heads], positions[bank.heads], new.units)
+        for bank in self.banks[layer]:
             visible = self._visible(layer, bank, first_unit, key_filter)
             out[:, bank.query_heads] = self._bank_attention(q[:, bank.query_heads], bank, visible)
         return out
+
+    def _store(self, layer: int, k: torch.Tensor, v: torch.Tensor,
+               new: NewTokens) -> tuple[torch.Tensor, torch.Tensor]:
+        """Append the new tokens to every bank of the layer, each KV head at its own next offset,
+        keys rotated; returns the cos/sin [Hkv, Q, D] they were rotated with (for the queries)."""
+        g = self.geometry
+        banks = self.banks[layer]
+        offsets = torch.empty(g.num_kv_heads, dtype=torch.float32, device=k.device)
+        for bank in banks:
+            offsets[bank.heads] = bank.next_offsets().to(k.device)
+        # h2svc_spec §5: positions are per KV head (they differ once heads re-index on their own)
+        positions = new.rel_positions.to(k.device)[None] + offsets[:, None, None]  # [Hkv, axes, Q]
+        hkv, axes, q_len = positions.shape
+        cos, sin = g.rotary.cos_sin(positions.transpose(0, 1).reshape(axes, hkv * q_len), k.dtype)
+        cos, sin = cos.view(hkv, q_len, -1), sin.view(hkv, q_len, -1)
+        k = apply_rotary(k, cos[None], sin[None])
+        for bank in banks:
+            bank.append(k[:, bank.heads], v[:, bank.heads], positions[bank.heads], new.units)
+        return cos, sin
 
     def _visible(self, layer: int, bank: HeadBank, first_unit: int | None, key_filter) -> torch.Tensor | None:
         """[n, T] keys each head of the bank may see now, or None for all of them."""

@@ -1,0 +1,88 @@
+"""The benchmark scripts run on toy settings and write valid JSON (so they do not rot).
+
+No time is asserted: only that each script finishes, its JSON holds what the README's tables are
+made from, and the sizes follow the policies' rules (bounded policies flat after warm-up, the full
+cache growing by the same bytes every chunk, every measured size equal to the exact formula).
+"""
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def run_script(name: str, *args: str, timeout: int = 120) -> None:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = f"{ROOT}:{env.get('PYTHONPATH', '')}"
+    env.setdefault("OMP_NUM_THREADS", "1")
+    result = subprocess.run([sys.executable, str(ROOT / "bench" / name), *args], cwd=ROOT, env=env,
+                            capture_output=True, text=True, timeout=timeout)
+    assert result.returncode == 0, f"{name} failed:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+    assert "| " in result.stdout, f"{name} printed no table"
+
+
+def load(path: pathlib.Path) -> dict:
+    data = json.loads(path.read_text())
+    assert data["machine"]["device"] and data["machine"]["torch"]
+    return data
+
+
+def test_cache_cost_sizes_follow_the_policies(tmp_path):
+    run_script("cache_cost.py", "--tiny", "--checkpoints", "16", "32", "48", "64", "--hermes-budgets", "40",
+               "--fifo-budget", "60", "--h2svc", "1", "2", "3", "--full-max-frames", "48", "--out", str(tmp_path))
+    data = load(tmp_path / "cache_cost.json")
+    rows = data["rows"]
+    assert {r["model"] for r in rows} == {"llava_onevision-7b", "qwen2_5_vl-7b"}
+    assert {r["policy"] for r in rows} == {"full", "fifo-60", "hermes-40", "h2svc-1/2/3"}
+    for row in rows:
+        if row["source"] == "measured":
+            assert row["formula_ok"], row
+            assert row["append_ms"] is not None and row["compress_ms"] is not None
+    for model in ("llava_onevision-7b", "qwen2_5_vl-7b"):
+        def held(policy):
+            return [r["held_bytes"] for r in rows if r["model"] == model and r["policy"] == policy]
+        full = held("full")
+        assert len({b - a for a, b in zip(full, full[1:])}) == 1 and full[1] > full[0]  # linear
+        assert [r["source"] for r in rows if r["model"] == model and r["policy"] == "full"] == \
+            ["measured", "measured", "measured", "computed"]  # --full-max-frames 48
+        # h2svc-1/2/3 fills its episodic heads at 3 units (<= 48 frames on both models)
+        for policy in ("fifo-60", "hermes-40", "h2svc-1/2/3"):
+            assert len(set(held(policy)[2:])) == 1, (model, policy, held(policy))
+            assert held(policy)[-1] < full[-1]
+    assert len(data["per_chunk"]["llava_onevision-7b/hermes-40"]) == 4
+    png = tmp_path / "cache_cost.png"
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return
+    assert png.stat().st_size > 0
+    png.unlink()
+    run_script("cache_cost.py", "--replot", str(tmp_path / "cache_cost.json"))  # a GPU run's JSON, here
+    assert png.stat().st_size > 0
+
+
+def test_stce_update_writes_json(tmp_path):
+    run_script("stce_update.py", "--heads", "4", "--capacity", "8", "--dim", "16", "--steps", "40", "--warmup", "5",
+               "--out", str(tmp_path))
+    (row,) = load(tmp_path / "stce_update.json")["rows"]
+    assert row["heads"] == 4 and row["evictions"] == 45  # one a step at capacity, warm-up included
+    # h2svc_spec §3.4: an arrival rescores the old tail and the two neighbours of the evicted frame
+    assert 1 <= row["scores_per_step"] <= 3
+    assert 0 < row["min_ms"] <= row["median_ms"] <= row["p90_ms"]
+
+
+@pytest.mark.timeout(180)
+def test_e2e_tiny_writes_ratios(tmp_path):
+    run_script("e2e_tiny.py", "--models", "tiny-llava_onevision", "--lengths", "8", "24", "--chunk-frames", "8",
+               "--repeats", "1", "--new-tokens", "3", "--out", str(tmp_path), timeout=170)
+    rows = load(tmp_path / "e2e_tiny.json")["rows"]
+    assert {(r["policy"], r["frames"]) for r in rows} == {(p, f) for p in ("full", "fifo", "hermes", "h2svc")
+                                                          for f in (8, 24)}
+    for row in rows:
+        assert row["ttft_ms"] > 0 and row["kv_bytes"] > 0
+        if row["policy"] == "full":
+            assert row["ttft_ms_vs_full"] == 1.0 and row["kv_bytes_vs_full"] == 1.0
