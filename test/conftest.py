@@ -8,6 +8,7 @@ import shutil
 import sys
 
 import pytest
+import torch
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # tests run against this checkout, installed or not
@@ -53,3 +54,14 @@ def make_variant(tmp_path: pathlib.Path, name: str, **text_overrides) -> str:
     config["text_config"].update(text_overrides)
     (out / "config.json").write_text(json.dumps(config))
     return str(out)
+
+
+def states_equal(a, b) -> bool:
+    """Two cache states (nested dicts / lists of tensors) are equal, tensors bit for bit."""
+    if isinstance(a, torch.Tensor):
+        return isinstance(b, torch.Tensor) and a.shape == b.shape and torch.equal(a, b)
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(states_equal(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):
+        return len(a) == len(b) and all(states_equal(x, y) for x, y in zip(a, b))
+    return a == b

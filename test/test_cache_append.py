@@ -15,6 +15,7 @@ from streamcache_ros.engine.cache import PREFIX_UNIT, TEXT_UNIT, ChunkContext, N
 from streamcache_ros.engine.cache.banks import PAD_UNIT
 from streamcache_ros.engine.cache.rope import apply_rotary
 from streamcache_ros.engine.cache.sap import EPISODIC
+from conftest import states_equal
 
 PREFIX = 5
 UNIT_TOKENS = 4  # a 2x2 grid per unit
@@ -86,16 +87,6 @@ def unit_positions(axes, units):
         return torch.arange(count, dtype=torch.float32)[None]
     index = torch.arange(count)
     return torch.stack((index // UNIT_TOKENS, (index % UNIT_TOKENS) // 2, index % 2)).float()
-
-
-def states_equal(a, b):
-    if isinstance(a, torch.Tensor):
-        return isinstance(b, torch.Tensor) and a.shape == b.shape and torch.equal(a, b)
-    if isinstance(a, dict):
-        return a.keys() == b.keys() and all(states_equal(a[k], b[k]) for k in a)
-    if isinstance(a, (list, tuple)):
-        return len(a) == len(b) and all(states_equal(x, y) for x, y in zip(a, b))
-    return a == b
 
 
 class Twins:

@@ -13,6 +13,7 @@ from streamcache_ros.engine.cache.sap import HeadMap
 from streamcache_ros.engine.errors import ConfigError
 
 from test_h2svc_stce import tc3_vectors
+from conftest import states_equal
 
 D = 8
 
@@ -248,16 +249,6 @@ def test_key_filter_hides_other_units_in_every_bank(tmp_path):
 
 
 # -- undo and snapshots ---------------------------------------------------------------------------------
-def states_equal(a, b):
-    if isinstance(a, torch.Tensor):
-        return isinstance(b, torch.Tensor) and a.shape == b.shape and torch.equal(a, b)
-    if isinstance(a, dict):
-        return a.keys() == b.keys() and all(states_equal(a[k], b[k]) for k in a)
-    if isinstance(a, (list, tuple)):
-        return len(a) == len(b) and all(states_equal(x, y) for x, y in zip(a, b))
-    return a == b
-
-
 def test_truncate_undoes_a_half_prefilled_chunk_with_evictions(tmp_path):
     policy = make(tmp_path, [[0, 1, 2], [2, 1, 0]], w_s=2, w_w=3, n_e=3)
     stream = Stream(policy)
