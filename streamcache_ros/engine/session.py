@@ -12,6 +12,7 @@ memory stays bounded and the cache is what it was. No ROS here.
 """
 from __future__ import annotations
 
+import os
 import re
 import threading
 import time
@@ -430,12 +431,15 @@ class Session:
                 "history": [asdict(x) for x in self.history], "cameras": list(self.cameras),
                 "next_unit": self._next_unit, "next_chunk": self._next_chunk,
             }
+            # a temporary file renamed over the target: a crash mid-write leaves the last snapshot whole
+            temporary = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
             try:
-                torch.save(state, path)
+                torch.save(state, temporary)
+                os.replace(temporary, path)
             except OSError as err:
+                if os.path.exists(temporary):
+                    os.remove(temporary)
                 raise SnapshotError(f"cannot write snapshot '{path}': {err.strerror or err}") from None
-            import os  # noqa: PLC0415
-
             return os.path.getsize(path)
 
     def load(self, path: str) -> int:
@@ -453,9 +457,13 @@ class Session:
             raise SnapshotError(f"'{path}' is not a streamcache snapshot (format {SNAPSHOT_FORMAT})")
         mine = self._identity()
         for key in ("model_id", "config_hash", "policy", "policy_config"):
-            if state.get(key) != mine[key]:
-                raise SnapshotError(f"snapshot '{path}' was made with {key} {state.get(key)!r}; "
-                                    f"this node runs {mine[key]!r}")
+            theirs, ours = state.get(key), mine[key]
+            if theirs != ours:
+                if isinstance(theirs, dict) and isinstance(ours, dict):  # name only what differs
+                    keys = sorted(k for k in set(theirs) | set(ours) if theirs.get(k) != ours.get(k))
+                    theirs = ", ".join(f"{k}={theirs.get(k)!r}" for k in keys)
+                    ours = ", ".join(f"{k}={ours.get(k)!r}" for k in keys)
+                raise SnapshotError(f"snapshot '{path}' was made with {key} {theirs!r}; this node runs {ours!r}")
         with self._cache_lock, self._pending_lock:
             backup = self.policy.state_dict()
             try:

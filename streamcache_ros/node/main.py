@@ -97,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
             if node.trigger_configure() != TransitionCallbackReturn.SUCCESS:
                 return _fail(node.configure_error or "configure failed")
             if node.trigger_activate() != TransitionCallbackReturn.SUCCESS:
-                return _fail("activate failed")
+                return _fail(node.configure_error or "activate failed")
         # cameras (one thread each) + questions + action + timers + diagnostics, none waiting on another
         executor = MultiThreadedExecutor(num_threads=len(node.values["camera_topics"]) + 6)
         executor.add_node(node)
