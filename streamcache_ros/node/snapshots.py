@@ -4,8 +4,9 @@ Rule (README "Reliability"): with a path set, the node restores the snapshot the
 when the file exists, and writes its memory there (atomically: a temporary file, then a rename) at
 shutdown / cleanup, every ``memory_snapshot_period_s`` seconds of ingest when that is > 0, and on
 ``save_memory`` with an empty path. A snapshot of another model, policy or policy configuration is
-refused with an error naming both; the node then starts with an empty memory and never writes over
-that file (it is someone else's memory), until ``load_memory`` or a reconfigure with another path.
+refused with an error naming both; the node then starts with an empty memory and does not write
+over that file in this run (it is another model's or policy's memory): the memory diagnostic stays
+WARN and says so; ``save_memory`` with a path still works.
 """
 from __future__ import annotations
 
