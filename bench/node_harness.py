@@ -48,9 +48,11 @@ def node_command(namespace: str, params: dict) -> list[str]:
     return [sys.executable, "-m", "streamcache_ros.node.main", "--namespace", namespace, "--ros-args", *args]
 
 
-def replay_command(bag, namespace: str, *extra: str) -> list[str]:
+def replay_command(bag, namespace: str, *extra: str, rate: float | None = None) -> list[str]:
+    """A lock-step replay, as fast as the node takes frames (rate None) or at ``rate`` x the recording."""
+    speed = ["--fast"] if rate is None else ["--rate", str(rate)]
     # a frame is resent only when not acknowledged for a long while: a question may hold the model
-    return [sys.executable, "-m", "streamcache_ros.node.replay", str(bag), "--lock-step", "--fast", "--quiet",
+    return [sys.executable, "-m", "streamcache_ros.node.replay", str(bag), "--lock-step", *speed, "--quiet",
             "--namespace", namespace, "--ack-timeout", "60", *extra]
 
 
@@ -124,6 +126,10 @@ class Monitor:
         qos = QoSProfile(depth=1000, reliability=QoSReliabilityPolicy.RELIABLE)
         self.node.create_subscription(MemoryStatus, f"{namespace}/memory_status", self._on_status, qos)
         self.node.create_subscription(Header, f"{namespace}/frame_acks", self._on_ack, qos)
+        from diagnostic_msgs.msg import DiagnosticArray  # noqa: PLC0415
+
+        self.latency: dict[str, str] = {}  # the last "latency" diagnostic status's values
+        self.node.create_subscription(DiagnosticArray, "/diagnostics", self._on_diagnostics, 10)
         self.executor = SingleThreadedExecutor(context=self.context)
         self.executor.add_node(self.node)
         self.thread = threading.Thread(target=self._spin, daemon=True)
@@ -142,6 +148,11 @@ class Monitor:
         with self._cond:
             self.statuses.append((time.monotonic(), rss, msg))
             self._cond.notify_all()
+
+    def _on_diagnostics(self, msg) -> None:
+        for status in msg.status:
+            if status.name.endswith(": latency"):
+                self.latency = {kv.key: kv.value for kv in status.values}
 
     def _on_ack(self, msg) -> None:
         with self._cond:

@@ -28,6 +28,7 @@ from node_procs import HANG_GUARD_S, Probe, Proc, child_env, new_domain, python_
 from raw_ros import request_with_raw_first_string
 from streamcache_ros import bagfile, clip
 from streamcache_ros.node.client import StreamCacheClient
+from test_reliability_session import assert_same
 
 NS = "/sc_rel"
 CAM, CAM_PNG = "/rel/cam", "/rel/cam/compressed"
@@ -120,21 +121,6 @@ def saved(client, path):
     r = client.save(str(path))
     assert r.success, r.error_message
     return torch.load(str(path), weights_only=True)
-
-
-def assert_same(a, b, where="snapshot"):
-    if isinstance(a, torch.Tensor):
-        assert torch.equal(a, b), where
-    elif isinstance(a, dict):
-        assert set(a) == set(b), where
-        for key in a:
-            assert_same(a[key], b[key], f"{where}.{key}")
-    elif isinstance(a, (list, tuple)):
-        assert len(a) == len(b), where
-        for i, (x, y) in enumerate(zip(a, b)):
-            assert_same(x, y, f"{where}[{i}]")
-    else:
-        assert a == b, (where, a, b)
 
 
 def statuses(probe, name, since=0):

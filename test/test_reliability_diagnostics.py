@@ -12,16 +12,10 @@ from streamcache_ros.engine import ConfigError, Session, SessionConfig, make_pol
 from streamcache_ros.node import diagnostics
 from streamcache_ros.node.sampler import CameraCounters
 from streamcache_ros.node.snapshots import SnapshotKeeper, check_path
+from test_node_diagnostics import run
 
 OK, WARN, ERROR = DiagnosticStatus.OK, DiagnosticStatus.WARN, DiagnosticStatus.ERROR
 S = 1_000_000_000
-
-
-def run(task_fn):
-    stat = diagnostics.updater_lib.DiagnosticStatusWrapper()
-    stat.summary(ERROR, "No message was set")
-    out = task_fn(stat)
-    return out.level, out.message, {kv.key: kv.value for kv in out.values}
 
 
 def test_a_camera_going_silent_is_warn_then_the_rate_says_error():

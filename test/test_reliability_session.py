@@ -270,3 +270,4 @@ def test_ingest_waits_for_one_question_at_most(qwen_adapter, frames):
         thread.join(60)
     assert answers["first"].frames_in_memory == CHUNK
     assert answers["second"].frames_in_memory == 2 * CHUNK and session.status().chunks_encoded == 2
+    assert session.status().most_questions_a_chunk_waited_for == 1

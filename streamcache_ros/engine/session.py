@@ -108,6 +108,7 @@ class SessionStatus:
     pending_frames: int
     last_ttft_ms: float
     cameras: list[str]
+    most_questions_a_chunk_waited_for: int = 0
 
 
 def _validate_frame(frame) -> np.ndarray:
@@ -155,6 +156,8 @@ class Session:
         self.question_layer_hook: Callable[[int], None] | None = None
         self.chunk_attempts = 0  # every chunk started, failed or not (fault plans count these)
         self.question_attempts = 0  # every accepted question that reached the model
+        # the most questions that ended while a due chunk waited for the model (1: the one in progress)
+        self.most_questions_a_chunk_waited_for = 0
         policy.setup(adapter.geometry())
         with self._cache_lock:
             self._clear()
@@ -200,7 +203,10 @@ class Session:
             if len(queue) < self.config.chunk_frames:
                 return None
             batch = self._pending.pop(camera)
+        questions_before = self._cache_lock.questions_done
         with self._cache_lock:
+            waited = self._cache_lock.questions_done - questions_before
+            self.most_questions_a_chunk_waited_for = max(self.most_questions_a_chunk_waited_for, waited)
             return self._encode_chunk(camera, batch)
 
     def flush(self) -> list[ChunkReport]:
@@ -413,7 +419,8 @@ class Session:
                 frames_in_memory=self._frames_in_memory(), oldest_stamp=oldest, newest_stamp=newest,
                 cache=self.policy.stats(), last_chunk=self.last_chunk, chunks_encoded=self.chunks_encoded,
                 chunks_failed=self.chunks_failed, questions_answered=self.questions_answered,
-                pending_frames=self.pending_frames(), last_ttft_ms=self.last_ttft_ms, cameras=list(self.cameras))
+                pending_frames=self.pending_frames(), last_ttft_ms=self.last_ttft_ms, cameras=list(self.cameras),
+                most_questions_a_chunk_waited_for=self.most_questions_a_chunk_waited_for)
 
     # -- snapshots ------------------------------------------------------------------------------
     def _identity(self) -> dict:

@@ -22,6 +22,8 @@ class TurnLock:
         self._depth = 0
         self._priority_waiting = 0
         self._questions_waiting = 0
+        self._owner_is_question = False
+        self.questions_done = 0  # question turns ended (read without the lock: an int)
 
     def _acquire(self, priority: bool) -> None:
         me = threading.get_ident()
@@ -41,7 +43,7 @@ class TurnLock:
                     self._cond.notify_all()  # questions held back by this waiter look again
                 else:
                     self._questions_waiting -= 1
-            self._owner, self._depth = me, 1
+            self._owner, self._depth, self._owner_is_question = me, 1, not priority
 
     def release(self) -> None:
         with self._cond:
@@ -49,6 +51,7 @@ class TurnLock:
                 raise RuntimeError("TurnLock released by a thread that does not hold it")
             self._depth -= 1
             if self._depth == 0:
+                self.questions_done += self._owner_is_question
                 self._owner = None
                 self._cond.notify_all()
 

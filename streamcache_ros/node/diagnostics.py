@@ -232,6 +232,8 @@ class EngineTasks:
         stat.add("Chunks encoded", str(m.chunks_encoded))
         stat.add("Chunks failed", str(m.chunks_failed))
         stat.add("Questions answered", str(m.questions_answered))
+        if "chunk_waited_questions" in ctx:  # 1: a chunk waits for the question in progress, never more
+            stat.add("Most questions a chunk waited for", str(ctx["chunk_waited_questions"]))
         if ctx["chunk_error"]:
             stat.add("Last chunk error", ctx["chunk_error"])
         return stat

@@ -590,6 +590,7 @@ class StreamCacheNode(LifecycleNode):
                 "chunk_span_s": chunk_frames / self.sample_fps if session else 0.0,
                 "chunk_error": self._last_chunk_error, "gpu_total_bytes": gpu_total,
                 "snapshot": self.snapshots.summary(),
+                "chunk_waited_questions": self._status.most_questions_a_chunk_waited_for if self._status else 0,
                 "snapshot_error": self.snapshots.detail if self.snapshots.state == "refused" else ""}
 
 
