@@ -24,6 +24,8 @@ CASES = {
                                  "parameter 'h2svc.head_map_path': policy h2svc needs a head map"),
     "h2svc head map missing": (["--ros-args", "-p", "policy:=h2svc", "-p", "h2svc.head_map_path:=/no/map.json"],
                                "parameter 'h2svc.head_map_path'"),
+    "bad QoS override": (["--ros-args", "-p", "qos_overrides./camera/image_raw.subscription.reliability:=sometimes"],
+                         "parameter 'qos_overrides./camera/image_raw.subscription': Unexpected QoS override"),
     "snapshot directory missing": (["--ros-args", "-p", "memory_snapshot_path:=/no/such/dir/m.pt"],
                                    "parameter 'memory_snapshot_path': directory '/no/such/dir' does not exist"),
     **({} if torch.cuda.is_available() else {

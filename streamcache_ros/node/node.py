@@ -152,6 +152,8 @@ class StreamCacheNode(LifecycleNode):
         self.cameras = {name: CameraInput(name, CameraCounters(name, self.sample_fps),
                                           MutuallyExclusiveCallbackGroup())
                         for name in values["camera_topics"]}
+        for camera in self.cameras.values():
+            self._check_qos_overrides(camera)
         self._status = self.session.status()
         self._last_chunk_error = ""
         self.slots = LatestFrameSlots()
@@ -168,6 +170,21 @@ class StreamCacheNode(LifecycleNode):
             f"policy {self.session.policy.name}, cameras {', '.join(self.cameras)}, sample_fps {self.sample_fps}, "
             f"chunk_frames {self.session.config.chunk_frames}; images via {self.converter.backend}, "
             f"diagnostics via {self.diagnostics.backend}")
+
+    def _check_qos_overrides(self, camera: CameraInput) -> None:
+        """A bad qos_overrides.<topic>.subscription.* value is a configuration error (found at
+        configure, before anything is subscribed): declare and check them as rclpy will at activate."""
+        from rclpy.qos_overriding_options import _declare_qos_parameters  # noqa: PLC0415
+        from rclpy.subscription import Subscription  # noqa: PLC0415
+
+        topic = self.resolve_topic_name(camera.name)
+        sensor = qos_profile_sensor_data
+        scratch = QoSProfile(history=sensor.history, depth=sensor.depth, reliability=sensor.reliability,
+                             durability=sensor.durability)  # rclpy writes the overrides into the profile
+        try:
+            _declare_qos_parameters(Subscription, self, topic, scratch, QoSOverridingOptions.with_default_policies())
+        except Exception as err:  # noqa: BLE001 - InvalidQosOverridesError, ParameterException, ...
+            raise ConfigError(f"qos_overrides.{topic}.subscription", str(err).splitlines()[0]) from None
 
     def _make_interfaces(self) -> None:
         from rclpy.action import ActionServer, CancelResponse, GoalResponse  # noqa: PLC0415
@@ -195,10 +212,10 @@ class StreamCacheNode(LifecycleNode):
                 camera.subscription = self.create_subscription(
                     msg_type, camera.name, lambda msg, c=camera: self._on_image(c, msg), qos_profile_sensor_data,
                     callback_group=camera.group, qos_overriding_options=QoSOverridingOptions.with_default_policies())
-            except Exception as err:  # noqa: BLE001 - rclpy's InvalidQosOverridesError, ParameterException, ...
-                self.configure_error = (f"parameter 'qos_overrides.{self.resolve_topic_name(camera.name)}."
-                                        f"subscription.*': {str(err).splitlines()[0]}")
-                self.get_logger().error(self.configure_error)
+            except Exception as err:  # noqa: BLE001 - checked at configure already; anything else rclpy refuses
+                self.configure_error = f"cannot subscribe to {camera.name}: {str(err).splitlines()[0]}"
+                if not self.autostart:
+                    self.get_logger().error(self.configure_error)
                 self._deactivate()
                 return TransitionCallbackReturn.FAILURE
             camera.topic = camera.subscription.topic_name
