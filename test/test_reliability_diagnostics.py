@@ -8,7 +8,7 @@ import torch
 from diagnostic_msgs.msg import DiagnosticStatus
 from streamcache_ros_interfaces.msg import MemoryStatus
 
-from streamcache_ros.engine import ConfigError, Session, SessionConfig, make_policy
+from streamcache_ros.engine import ConfigError, Session, SessionConfig, SnapshotError, make_policy
 from streamcache_ros.node import diagnostics
 from streamcache_ros.node.sampler import CameraCounters
 from streamcache_ros.node.snapshots import SnapshotKeeper, check_path
@@ -100,3 +100,5 @@ def test_the_keeper_restores_refuses_and_never_overwrites_a_refused_file(qwen_ad
     line = SnapshotKeeper(path).restore(smaller)
     assert "policy_config 'budget_tokens=64'; this node runs 'budget_tokens=32'" in line
     assert torch.load(path, weights_only=True)["policy"] == "fifo"
+    with pytest.raises(SnapshotError, match="cannot write snapshot '/no/such/dir/m.pt': Parent directory"):
+        first.save("/no/such/dir/m.pt")

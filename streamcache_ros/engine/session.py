@@ -443,10 +443,10 @@ class Session:
             try:
                 torch.save(state, temporary)
                 os.replace(temporary, path)
-            except OSError as err:
+            except (OSError, RuntimeError) as err:  # torch: RuntimeError for a missing directory
                 if os.path.exists(temporary):
                     os.remove(temporary)
-                raise SnapshotError(f"cannot write snapshot '{path}': {err.strerror or err}") from None
+                raise SnapshotError(f"cannot write snapshot '{path}': {getattr(err, 'strerror', None) or err}") from None
             return os.path.getsize(path)
 
     def load(self, path: str) -> int:
