@@ -1,10 +1,13 @@
 """A bad parameter ends streamcache_node with exit code 2 and ONE line naming the parameter, no
 traceback (CONTRACT: set-up and entry points). Real processes, started together."""
+import shutil
 import subprocess
 
 import pytest
+import torch
 
 from node_procs import HANG_GUARD_S, ROOT, child_env, new_domain, python_module
+from streamcache_ros.engine.models import BUNDLED_DIR
 
 CASES = {
     "unknown policy": (["--ros-args", "-p", "policy:=nosuch"], "parameter 'policy'"),
@@ -15,14 +18,30 @@ CASES = {
     "bad camera topic": (["--ros-args", "-p", "camera_topics:=['/ok', 'bad topic!']"], "parameter 'camera_topics'"),
     "missing model": (["--ros-args", "-p", "model_path:=./no/such/model"], "parameter 'model_path'"),
     "missing params file": (["--params-file", "/no/such/file.yaml"], "parameters file '/no/such/file.yaml'"),
+    # issue 7: H2SVC on a model with no head map bundled (a variant directory), CUDA asked for on a
+    # machine without it, a snapshot path in a missing directory
+    "h2svc without a head map": (["--ros-args", "-p", "policy:=h2svc", "-p", "model_path:={variant}"],
+                                 "parameter 'h2svc.head_map_path': policy h2svc needs a head map"),
+    "h2svc head map missing": (["--ros-args", "-p", "policy:=h2svc", "-p", "h2svc.head_map_path:=/no/map.json"],
+                               "parameter 'h2svc.head_map_path'"),
+    "bad QoS override": (["--ros-args", "-p", "qos_overrides./camera/image_raw.subscription.reliability:=sometimes"],
+                         "parameter 'qos_overrides./camera/image_raw.subscription': Unexpected QoS override"),
+    "snapshot directory missing": (["--ros-args", "-p", "memory_snapshot_path:=/no/such/dir/m.pt"],
+                                   "parameter 'memory_snapshot_path': directory '/no/such/dir' does not exist"),
+    **({} if torch.cuda.is_available() else {
+        "cuda requested but absent": (["--ros-args", "-p", "device:=cuda"],
+                                      "parameter 'device': 'cuda' requested but CUDA is not available")}),
 }
 
 
 @pytest.fixture(scope="module")
 def outcomes(tmp_path_factory):
     env = child_env(new_domain())
-    procs = {name: subprocess.Popen(python_module("streamcache_ros.node.main", *args), cwd=ROOT, env=env,
-                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    variant = tmp_path_factory.mktemp("models") / "my-qwen"  # a local model with no head map of its own
+    shutil.copytree(BUNDLED_DIR / "tiny-qwen2_5_vl", variant, ignore=shutil.ignore_patterns("h2svc_head_map.json"))
+    procs = {name: subprocess.Popen(python_module("streamcache_ros.node.main",
+                                                  *(a.format(variant=variant) for a in args)),
+                                    cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for name, (args, _) in CASES.items()}
     results = {}
     try:

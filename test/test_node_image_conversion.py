@@ -61,7 +61,7 @@ def test_the_frame_does_not_share_the_message_buffer():
 
 @pytest.mark.parametrize("make, reason", [
     (lambda: raw("yuv422", np.zeros((2, 3, 2), np.uint8)), ic.ENCODING),
-    (lambda: raw("16UC1", np.zeros((2, 3, 2), np.uint8)), ic.ENCODING),
+    (lambda: raw("16UC1", np.zeros((2, 3, 2), np.uint8)), ic.DEPTH),
     (lambda: raw("rgb8", RGB, data=b""), ic.EMPTY),
     (lambda: raw("rgb8", RGB, width=0), ic.DIMENSIONS),
     (lambda: raw("rgb8", RGB, step=8), ic.STEP),  # 8 < 3 pixels x 3 bytes
@@ -106,7 +106,7 @@ def test_jpeg_is_decoded_close_to_the_original(frames):
     ("jpeg", b"", ic.EMPTY),
     ("jpeg", b"not an image at all", ic.DECODE),
     ("png", b"\x89PNG\r\n\x1a\n" + bytes(20), ic.DECODE),  # a PNG signature, then nothing valid
-    ("16UC1; compressedDepth", b"\x00" * 32, ic.ENCODING),
+    ("16UC1; compressedDepth", b"\x00" * 32, ic.DEPTH),
 ])
 def test_bad_compressed_images_are_rejected(fmt, data, reason):
     msg = CompressedImage(format=fmt)

@@ -1,10 +1,10 @@
 """The ROS-free engine: model adapters, cache policies, the streaming session."""
 from .adapters import ModelAdapter, load_adapter
 from .cache import POLICIES, CachePolicy, make_policy
-from .errors import (ChunkError, ConfigError, FrameError, ModelLoadError, QuestionError, SnapshotError,
+from .errors import (AnswerError, ChunkError, ConfigError, FrameError, ModelLoadError, QuestionError, SnapshotError,
                      StreamCacheError)
 from .session import Answer, ChunkReport, Session, SessionConfig, SessionStatus
 
-__all__ = ["Answer", "CachePolicy", "ChunkError", "ChunkReport", "ConfigError", "FrameError", "ModelAdapter",
+__all__ = ["Answer", "AnswerError", "CachePolicy", "ChunkError", "ChunkReport", "ConfigError", "FrameError", "ModelAdapter",
            "ModelLoadError", "POLICIES", "QuestionError", "Session", "SessionConfig", "SessionStatus",
            "SnapshotError", "StreamCacheError", "load_adapter", "make_policy"]

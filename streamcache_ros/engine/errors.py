@@ -26,7 +26,19 @@ class QuestionError(StreamCacheError):
 
 
 class ChunkError(StreamCacheError):
-    """Encoding or prefilling a chunk failed; the chunk was dropped and the memory is unchanged."""
+    """A chunk failed. ``kept`` False: encoding or prefilling failed, the chunk was dropped and the
+    memory is as it was before it. ``kept`` True: the chunk was prefilled but compressing failed;
+    its frames stay in memory (over budget until the next chunk's compression).
+    ``out_of_memory``: the cause was the device running out of memory."""
+
+    def __init__(self, message: str, kept: bool = False, out_of_memory: bool = False):
+        super().__init__(message)
+        self.kept = kept
+        self.out_of_memory = out_of_memory
+
+
+class AnswerError(StreamCacheError):
+    """Answering an accepted question failed part-way (e.g. out of memory); the memory is unchanged."""
 
 
 class SnapshotError(StreamCacheError):

@@ -12,6 +12,7 @@ memory stays bounded and the cache is what it was. No ROS here.
 """
 from __future__ import annotations
 
+import os
 import re
 import threading
 import time
@@ -22,10 +23,13 @@ import numpy as np
 import torch
 
 from .adapters import ModelAdapter, match_option
+from .adapters.base import OPTION_LETTERS
 from .cache import PREFIX_UNIT, CachePolicy, CacheStats, ChunkContext, NewTokens
-from .errors import ChunkError, FrameError, QuestionError, SnapshotError
+from .errors import AnswerError, ChunkError, FrameError, QuestionError, SnapshotError
+from .turns import TurnLock
 
 SNAPSHOT_FORMAT = 1
+REPLACEMENT_CHARACTER = "\ufffd"  # what ROS string fields decode invalid UTF-8 bytes to
 
 
 @dataclass
@@ -35,12 +39,17 @@ class SessionConfig:
     max_new_tokens: int = 64
     mc_max_new_tokens: int = 16  # hermes_spec §2: multiple choice answers are short
     repetition_penalty: float = 1.0  # the HERMES reference driver uses 1.1 (hermes_spec §11)
+    # Past exchanges kept (HERMES guidance reads the last one); bounded so a robot asked questions
+    # for days does not grow its memory with them
+    history_size: int = 32
 
     def __post_init__(self):
         if self.chunk_frames < 1:
             raise ValueError(f"chunk_frames must be >= 1, got {self.chunk_frames}")
         if self.max_question_tokens < 1 or self.max_new_tokens < 1:
             raise ValueError("max_question_tokens and max_new_tokens must be >= 1")
+        if self.history_size < 1:
+            raise ValueError(f"history_size must be >= 1, got {self.history_size}")
 
 
 @dataclass
@@ -99,6 +108,7 @@ class SessionStatus:
     pending_frames: int
     last_ttft_ms: float
     cameras: list[str]
+    most_questions_a_chunk_waited_for: int = 0
 
 
 def _validate_frame(frame) -> np.ndarray:
@@ -113,6 +123,24 @@ def _validate_frame(frame) -> np.ndarray:
     return np.ascontiguousarray(frame)
 
 
+def is_out_of_memory(err: BaseException) -> bool:
+    return isinstance(err, (torch.cuda.OutOfMemoryError, torch.OutOfMemoryError, MemoryError))
+
+
+def release_device_memory(err: BaseException) -> None:
+    """After an out-of-memory error: hand the allocator's cached blocks back, so the next chunk or
+    question starts from what the cache really holds."""
+    if is_out_of_memory(err):
+        torch.cuda.empty_cache()  # a no-op where CUDA was never initialised
+
+
+def _check_text(what: str, text: str) -> None:
+    bad = text.find(REPLACEMENT_CHARACTER)
+    if bad >= 0:
+        raise QuestionError(f"the {what} is not valid UTF-8 (character {bad} is U+FFFD, what bytes that are "
+                            "not UTF-8 become on the way): send UTF-8 text")
+
+
 class Session:
     """One visual memory over one model; thread-safe (one lock around the model and the cache)."""
 
@@ -120,9 +148,16 @@ class Session:
         self.adapter = adapter
         self.policy = policy
         self.config = config or SessionConfig()
-        self._cache_lock = threading.RLock()  # model + cache: one forward pass at a time
+        # model + cache: one forward pass at a time; a waiting chunk goes before waiting questions
+        self._cache_lock = TurnLock()
         self._pending_lock = threading.Lock()  # frames waiting for their chunk: cheap to take
-        self.chunk_layer_hook: Callable[[int], None] | None = None  # tests: fault injection
+        # tests: fault injection (engine/faults.py), called before each decoder layer
+        self.chunk_layer_hook: Callable[[int], None] | None = None
+        self.question_layer_hook: Callable[[int], None] | None = None
+        self.chunk_attempts = 0  # every chunk started, failed or not (fault plans count these)
+        self.question_attempts = 0  # every accepted question that reached the model
+        # the most questions that ended while a due chunk waited for the model (1: the one in progress)
+        self.most_questions_a_chunk_waited_for = 0
         policy.setup(adapter.geometry())
         with self._cache_lock:
             self._clear()
@@ -168,7 +203,10 @@ class Session:
             if len(queue) < self.config.chunk_frames:
                 return None
             batch = self._pending.pop(camera)
+        questions_before = self._cache_lock.questions_done
         with self._cache_lock:
+            waited = self._cache_lock.questions_done - questions_before
+            self.most_questions_a_chunk_waited_for = max(self.most_questions_a_chunk_waited_for, waited)
             return self._encode_chunk(camera, batch)
 
     def flush(self) -> list[ChunkReport]:
@@ -188,9 +226,15 @@ class Session:
             return sum(len(q) for q in self._pending.values())
 
     def _encode_chunk(self, camera: str, batch: list[tuple[np.ndarray, float]]) -> ChunkReport:
+        """Encode, prefill and compress one chunk. A fault while encoding or prefilling drops the
+        chunk: the cache is truncated to its mark from before the chunk. A fault while compressing
+        (after_chunk) keeps the chunk: every token is already in place, and a policy replaces its
+        storage layer by layer, so what it holds is consistent; the next chunk compresses again."""
         adapter, policy = self.adapter, self.policy
+        self.chunk_attempts += 1
         mark = policy.mark()
         chunk_id = self._next_chunk
+        source = f"chunk of {len(batch)} frame(s) from '{camera or 'default'}'"
         try:
             t0 = time.perf_counter()
             inputs = adapter.preprocess([frame for frame, _ in batch])
@@ -212,15 +256,20 @@ class Session:
                 adapter.forward(embeds[None, part], new, policy, layer_hook=self.chunk_layer_hook)
                 policy.after_prefill(new)
             t2 = time.perf_counter()
-            unit_frames = {int(u): tuple(f) for u, f in zip(unit_ids, inputs.unit_frames)}
-            info = policy.after_chunk(ChunkContext(chunk_id, guidance=getattr(adapter, "guidance", None),
-                                                   history=list(self.history), unit_frames=unit_frames))
-            t3 = time.perf_counter()
         except Exception as err:
             policy.truncate(mark)
             self.chunks_failed += 1
-            raise ChunkError(f"chunk of {len(batch)} frame(s) from '{camera or 'default'}' dropped: "
-                             f"{type(err).__name__}: {err}") from err
+            release_device_memory(err)
+            raise ChunkError(f"{source} dropped: {_describe(err)}", out_of_memory=is_out_of_memory(err)) from err
+        unit_frames = {int(u): tuple(f) for u, f in zip(unit_ids, inputs.unit_frames)}
+        compress_error = None
+        try:
+            info = policy.after_chunk(ChunkContext(chunk_id, guidance=getattr(adapter, "guidance", None),
+                                                   history=list(self.history), unit_frames=unit_frames))
+        except Exception as err:  # noqa: BLE001 - raised below, once the chunk is booked
+            compress_error, info = err, {"compress_error": _describe(err)}
+            release_device_memory(err)
+        t3 = time.perf_counter()
         for unit, frames in zip(unit_ids.tolist(), inputs.unit_frames):
             self.units[unit] = UnitInfo(tuple(batch[i][1] for i in frames), camera, chunk_id)
         self._next_unit += inputs.num_units
@@ -229,6 +278,11 @@ class Session:
         self._forget_evicted_units()
         self.last_chunk = ChunkReport(chunk_id, camera, len(batch), inputs.num_units, int(rel.shape[1]),
                                       (t1 - t0) * 1e3, (t2 - t1) * 1e3, (t3 - t2) * 1e3, info or {})
+        if compress_error is not None:
+            self.chunks_failed += 1
+            raise ChunkError(f"{source}: compressing failed ({_describe(compress_error)}); its frames are kept, "
+                             "over budget until the next chunk is compressed", kept=True,
+                             out_of_memory=is_out_of_memory(compress_error)) from compress_error
         return self.last_chunk
 
     def _forget_evicted_units(self) -> None:
@@ -249,19 +303,29 @@ class Session:
         options = [str(o) for o in options]
         if not isinstance(question, str) or not question.strip():
             raise QuestionError("the question is empty")
+        _check_text("question", question)
         if max_new_tokens < 0:
             raise QuestionError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
-        if len(options) > 26:
-            raise QuestionError(f"at most 26 options (A-Z), got {len(options)}")
-        if any(not o.strip() for o in options):
-            raise QuestionError("an option is empty")
+        if len(options) > len(OPTION_LETTERS):
+            raise QuestionError(f"at most {len(OPTION_LETTERS)} options (A-Z), got {len(options)}")
+        for i, option in enumerate(options):
+            if not option.strip():
+                raise QuestionError(f"option {i} ({OPTION_LETTERS[i]}) is empty")
+            _check_text(f"option {i} ({OPTION_LETTERS[i]})", option)
+        _check_text("camera name", camera)
         adapter, policy = self.adapter, self.policy
         ids = adapter.question_ids(question, options)
         if len(ids) > self.config.max_question_tokens:
             raise QuestionError(f"the question is {len(ids)} tokens with its prompt; the limit is "
                                 f"{self.config.max_question_tokens} (max_question_tokens)")
         budget = max_new_tokens or (self.config.mc_max_new_tokens if options else self.config.max_new_tokens)
-        with self._cache_lock:
+        # a question and its answer take positions after the cache: they must fit the model's range
+        # with room to spare, or answering would have to re-index the memory
+        room = policy.geometry.max_position_embeddings // 2
+        if len(ids) + budget > room:
+            raise QuestionError(f"max_new_tokens {budget} is too many: the question ({len(ids)} tokens) and its "
+                                f"answer must fit in half the model's position range ({room} tokens)")
+        with self._cache_lock.question():
             if camera and camera not in self.cameras:
                 known = ", ".join(c or "''" for c in self.cameras) or "none yet"
                 raise QuestionError(f"unknown camera '{camera}' (cameras seen: {known})")
@@ -278,12 +342,17 @@ class Session:
             frames, oldest, newest = self._frames_in_memory(visible), *self._stamp_range(visible)
             kv_tokens = policy.stats().kv_tokens
             mark = policy.mark()
+            self.question_attempts += 1
             try:
                 out, ttft, cancelled = self._generate(ids, budget, key_filter, on_text, should_stop, started)
+            except Exception as err:
+                release_device_memory(err)
+                raise AnswerError(f"answering failed: {_describe(err)}; the memory is unchanged") from err
             finally:
                 policy.truncate(mark)
             text = adapter.decode(out)
             self.history.append(Exchange(question, text, options))
+            del self.history[:-self.config.history_size]
             self.questions_answered += 1
             self.last_ttft_ms = ttft
         return Answer(text=text.strip(), option_index=match_option(text, options), answer_tokens=len(out),
@@ -292,7 +361,8 @@ class Session:
 
     def _generate(self, ids, budget, key_filter, on_text, should_stop, started):
         adapter, policy = self.adapter, self.policy
-        hidden = adapter.forward(adapter.embed_text(ids), adapter.text_tokens(len(ids)), policy, key_filter)
+        hook = self.question_layer_hook
+        hidden = adapter.forward(adapter.embed_text(ids), adapter.text_tokens(len(ids)), policy, key_filter, hook)
         logits = adapter.logits(hidden[0, -1])
         out: list[int] = []
         ttft = 0.0
@@ -313,7 +383,7 @@ class Session:
                     on_text(partial, partial[len(text):])
                     text = partial
             if step + 1 < budget:
-                hidden = adapter.forward(adapter.embed_text([token]), adapter.text_tokens(1), policy, key_filter)
+                hidden = adapter.forward(adapter.embed_text([token]), adapter.text_tokens(1), policy, key_filter, hook)
                 logits = adapter.logits(hidden[0, -1])
         if on_text is not None:
             final = adapter.decode(out)
@@ -349,7 +419,8 @@ class Session:
                 frames_in_memory=self._frames_in_memory(), oldest_stamp=oldest, newest_stamp=newest,
                 cache=self.policy.stats(), last_chunk=self.last_chunk, chunks_encoded=self.chunks_encoded,
                 chunks_failed=self.chunks_failed, questions_answered=self.questions_answered,
-                pending_frames=self.pending_frames(), last_ttft_ms=self.last_ttft_ms, cameras=list(self.cameras))
+                pending_frames=self.pending_frames(), last_ttft_ms=self.last_ttft_ms, cameras=list(self.cameras),
+                most_questions_a_chunk_waited_for=self.most_questions_a_chunk_waited_for)
 
     # -- snapshots ------------------------------------------------------------------------------
     def _identity(self) -> dict:
@@ -367,12 +438,15 @@ class Session:
                 "history": [asdict(x) for x in self.history], "cameras": list(self.cameras),
                 "next_unit": self._next_unit, "next_chunk": self._next_chunk,
             }
+            # a temporary file renamed over the target: a crash mid-write leaves the last snapshot whole
+            temporary = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
             try:
-                torch.save(state, path)
-            except OSError as err:
-                raise SnapshotError(f"cannot write snapshot '{path}': {err.strerror or err}") from None
-            import os  # noqa: PLC0415
-
+                torch.save(state, temporary)
+                os.replace(temporary, path)
+            except (OSError, RuntimeError) as err:  # torch: RuntimeError for a missing directory
+                if os.path.exists(temporary):
+                    os.remove(temporary)
+                raise SnapshotError(f"cannot write snapshot '{path}': {getattr(err, 'strerror', None) or err}") from None
             return os.path.getsize(path)
 
     def load(self, path: str) -> int:
@@ -390,9 +464,13 @@ class Session:
             raise SnapshotError(f"'{path}' is not a streamcache snapshot (format {SNAPSHOT_FORMAT})")
         mine = self._identity()
         for key in ("model_id", "config_hash", "policy", "policy_config"):
-            if state.get(key) != mine[key]:
-                raise SnapshotError(f"snapshot '{path}' was made with {key} {state.get(key)!r}; "
-                                    f"this node runs {mine[key]!r}")
+            theirs, ours = state.get(key), mine[key]
+            if theirs != ours:
+                if isinstance(theirs, dict) and isinstance(ours, dict):  # name only what differs
+                    keys = sorted(k for k in set(theirs) | set(ours) if theirs.get(k) != ours.get(k))
+                    theirs = ", ".join(f"{k}={theirs.get(k)!r}" for k in keys)
+                    ours = ", ".join(f"{k}={ours.get(k)!r}" for k in keys)
+                raise SnapshotError(f"snapshot '{path}' was made with {key} {theirs!r}; this node runs {ours!r}")
         with self._cache_lock, self._pending_lock:
             backup = self.policy.state_dict()
             try:
@@ -407,3 +485,9 @@ class Session:
             self._next_unit, self._next_chunk = int(state["next_unit"]), int(state["next_chunk"])
             self._pending.clear()
             return self._frames_in_memory()
+
+
+def _describe(err: BaseException) -> str:
+    text = str(err).splitlines()[0] if str(err) else ""
+    hint = " (out of memory: lower budget_tokens, chunk_frames or the frame size)" if is_out_of_memory(err) else ""
+    return f"{type(err).__name__}: {text}{hint}"

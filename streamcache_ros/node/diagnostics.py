@@ -3,8 +3,10 @@
 - "camera <topic>" (one per camera): a CompositeDiagnosticTask of a FrequencyStatus (arrival rate;
   ERROR when the camera is silent for the window, WARN below ``camera_min_rate``), a TimeStampStatus
   (how old the stamps are by the node's clock; ERROR past ``max_frame_delay``) and the frame counters
-  (WARN when sampled frames were dropped because the encoder was busy, or frames were rejected, since
-  the last update; ERROR when every frame since the last update was rejected).
+  (WARN when the camera has been silent for two periods of its minimum rate, so a camera going
+  silent shows WARN before the rate's ERROR; WARN when its stamps jumped back, when sampled frames
+  were dropped because the encoder was busy, or frames were rejected, since the last update; ERROR
+  when every frame since the last update was rejected).
 - "memory": KV tokens and bytes held vs the budget, per-layer (and per-bank) summary, CUDA memory.
   WARN when a layer holds more video tokens than the budget, or CUDA memory is nearly full.
 - "latency": encode / prefill / compress ms of the last chunk and the last TTFT. WARN when a chunk
@@ -40,9 +42,10 @@ def _fmt_ms(value: float) -> str:
 class CameraTask:
     """The counters part of a camera's status (rate and stamps are upstream's own tasks)."""
 
-    def __init__(self, counters, is_active: Callable[[], bool]):
+    def __init__(self, counters, is_active: Callable[[], bool], silent_after_s: Callable[[], float] = lambda: 2.0):
         self.counters = counters
         self.is_active = is_active
+        self.silent_after_s = silent_after_s
         self._previous = counters.snapshot()
 
     def run(self, stat):
@@ -51,17 +54,21 @@ class CameraTask:
         received = now.received - before.received
         rejected = now.rejected - before.rejected
         dropped = now.dropped - before.dropped
+        age = time.monotonic() - now.last_arrival if now.last_arrival else float("nan")
         if not self.is_active():
             stat.summary(WARN, "node inactive: not subscribed")
         elif received > 0 and rejected == received:
             stat.summary(ERROR, f"every frame rejected: {now.last_reject}")
+        elif age > self.silent_after_s():
+            stat.summary(WARN, f"silent: no frame for {age:.1f} s")
+        elif now.time_jumps > before.time_jumps:
+            stat.summary(WARN, "stamps jumped back (a bag loop, a clock reset): sampling restarted")
         elif dropped > 0:
             stat.summary(WARN, f"{dropped} sampled frame(s) dropped: the encoder is slower than the camera")
         elif rejected > 0:
             stat.summary(WARN, f"{rejected} frame(s) rejected: {now.last_reject}")
         else:
             stat.summary(OK, f"{now.ingested} frames taken into memory")
-        age = time.monotonic() - now.last_arrival if now.last_arrival else float("nan")
         stat.add("Frames received", str(now.received))
         stat.add("Frames sampled", str(now.sampled))
         stat.add("Frames taken into memory", str(now.ingested))
@@ -72,6 +79,7 @@ class CameraTask:
         if now.last_reject:
             stat.add("Last rejection", now.last_reject)
         stat.add("Last frame age (s)", f"{age:.2f}")
+        stat.add("Time jumps back", str(now.time_jumps))
         stat.add("Last stamp (s)", f"{now.last_stamp_ns / 1e9:.3f}")
         stat.add("Receive rate (Hz)", f"{now.receive_rate:.2f}")
         stat.add("Ingest rate (Hz)", f"{now.ingest_rate:.2f}")
@@ -96,6 +104,7 @@ class NodeDiagnostics:
         self._task_names: list[str] = []
         self._stamp_tasks = {}
         self._rate_tasks = {}
+        self._min_rates: dict[str, float] = {}
 
     @property
     def backend(self) -> str:
@@ -107,12 +116,16 @@ class NodeDiagnostics:
         task = updater_lib.CompositeDiagnosticTask(f"camera {topic}")
         task.addTask(rate)
         task.addTask(stamps)
-        frames = CameraTask(counters, lambda: self.context()["active"])
+        self._min_rates[topic] = min_rate
+        # silent: two periods of the minimum rate without a frame
+        frames = CameraTask(counters, lambda: self.context()["active"], lambda: 2.0 / self._min_rates[topic])
         task.addTask(updater_lib.FunctionDiagnosticTask("frames", frames.run))
         self._rate_tasks[topic], self._stamp_tasks[topic] = rate, stamps
         self._add(task)
 
     def set_limits(self, min_rate: float, max_delay: float) -> None:
+        for topic in self._min_rates:
+            self._min_rates[topic] = min_rate
         for rate in self._rate_tasks.values():
             rate.params.freq_bound["min"] = min_rate
         for stamps in self._stamp_tasks.values():
@@ -132,6 +145,7 @@ class NodeDiagnostics:
             self.updater.removeByName(name)
         self._task_names.clear()
         self._rate_tasks.clear()
+        self._min_rates.clear()
         self._stamp_tasks.clear()
 
     def frame_arrived(self, topic: str, stamp_ns: int, now_ns: int) -> None:
@@ -159,7 +173,9 @@ class EngineTasks:
         m, ctx = self.memory_status(), self.context()
         video_max = max(m.layer_tokens) - ctx["prefix_tokens"] if len(m.layer_tokens) else 0
         gpu_total = ctx.get("gpu_total_bytes", 0)
-        if m.budget_tokens and video_max > m.budget_tokens:
+        if ctx.get("snapshot_error"):
+            stat.summary(WARN, ctx["snapshot_error"])
+        elif m.budget_tokens and video_max > m.budget_tokens:
             stat.summary(WARN, f"over budget: a layer holds {video_max} video tokens, budget {m.budget_tokens}")
         elif gpu_total and m.gpu_reserved_bytes > GPU_NEARLY_FULL * gpu_total:
             stat.summary(WARN, f"CUDA memory nearly full: {m.gpu_reserved_bytes / MIB:.0f} of "
@@ -178,6 +194,8 @@ class EngineTasks:
         stat.add("KV bytes", str(m.kv_bytes))
         stat.add("Budget (video tokens per layer)", str(m.budget_tokens) if m.budget_tokens else "none")
         stat.add("System prompt tokens per layer", str(ctx["prefix_tokens"]))
+        if "snapshot" in ctx:
+            stat.add("Memory snapshot", ctx["snapshot"])
         if layers:
             stat.add("Layer tokens min/mean/max", f"{min(layers)}/{sum(layers) / len(layers):.1f}/{max(layers)}")
             stat.add("Layer tokens", " ".join(str(n) for n in layers))
@@ -214,6 +232,8 @@ class EngineTasks:
         stat.add("Chunks encoded", str(m.chunks_encoded))
         stat.add("Chunks failed", str(m.chunks_failed))
         stat.add("Questions answered", str(m.questions_answered))
+        if "chunk_waited_questions" in ctx:  # 1: a chunk waits for the question in progress, never more
+            stat.add("Most questions a chunk waited for", str(ctx["chunk_waited_questions"]))
         if ctx["chunk_error"]:
             stat.add("Last chunk error", ctx["chunk_error"])
         return stat

@@ -2,7 +2,11 @@
 
 Validity (CLARIFICATIONS "Images"): a raw image is valid when its encoding is one of
 rgb8/bgr8/mono8/rgba8/bgra8, ``step >= width * bytes_per_pixel`` and ``len(data) == step * height``;
-rows are read ``width * bpp`` bytes each and any row padding is skipped.
+rows are read ``width * bpp`` bytes each and any row padding is skipped. Size rule: an image of more
+than ``max_pixels`` pixels (the node's ``max_image_pixels``, default 4096 x 4096, so an 8K frame of
+7680 x 4320 is refused) is rejected before anything is converted or decoded; smaller ones are taken
+as they are (the model's image processor resizes them). A depth or other 16/32/64-bit image
+(16UC1, mono16, 32FC1, ...) on a colour camera topic is rejected with its own reason.
 
 cv_bridge converts when it is importable (a robot's ROS 2 install); ROS 2's cv_bridge is not on PyPI,
 so elsewhere the numpy conversion below does the same job (compressed images through Pillow). Both
@@ -12,6 +16,7 @@ here: messages are read by attribute, so this module is testable on its own.
 from __future__ import annotations
 
 import io
+import re
 
 import numpy as np
 
@@ -28,7 +33,10 @@ STEP = "step"
 SIZE = "size"
 TOO_LARGE = "too_large"
 DECODE = "decode"
-REASONS = (EMPTY, ENCODING, DIMENSIONS, STEP, SIZE, TOO_LARGE, DECODE)
+DEPTH = "depth"
+REASONS = (EMPTY, ENCODING, DEPTH, DIMENSIONS, STEP, SIZE, TOO_LARGE, DECODE)
+# sensor_msgs image_encodings with more than 8 bits per channel: depth maps, 16-bit mono / colour
+_WIDE_ENCODING = re.compile(r"^((mono|rgb|bgr|rgba|bgra)16|(8|16|32|64)[USF]C[1-4]?)$")
 
 
 class ImageRejected(ValueError):
@@ -50,6 +58,9 @@ def check_raw_image(msg, max_pixels: int = DEFAULT_MAX_PIXELS) -> int:
         raise ImageRejected(EMPTY, f"image has no data ({width}x{height} '{encoding}')")
     bpp = BYTES_PER_PIXEL.get(encoding)
     if bpp is None:
+        if _WIDE_ENCODING.match(encoding) and not encoding.startswith("8"):
+            raise ImageRejected(DEPTH, f"'{encoding}' is a depth or 16/32/64-bit image, not a colour camera image "
+                                       f"(one of: {', '.join(BYTES_PER_PIXEL)}): is the topic the depth stream?")
         raise ImageRejected(ENCODING, f"unsupported encoding '{encoding}' (one of: {', '.join(BYTES_PER_PIXEL)})")
     if height < 1 or width < 1:
         raise ImageRejected(DIMENSIONS, f"image is {width}x{height}")
@@ -80,14 +91,19 @@ def raw_to_rgb(msg, max_pixels: int = DEFAULT_MAX_PIXELS) -> np.ndarray:
     return np.ascontiguousarray(rgb)
 
 
+def check_compressed(msg) -> None:
+    """What can be said of a sensor_msgs/CompressedImage before decoding it."""
+    if len(msg.data) == 0:
+        raise ImageRejected(EMPTY, f"compressed image has no data (format '{msg.format}')")
+    if "compresseddepth" in msg.format.lower():
+        raise ImageRejected(DEPTH, f"'{msg.format}' is a depth image, not a colour camera image")
+
+
 def compressed_to_rgb(msg, max_pixels: int = DEFAULT_MAX_PIXELS) -> np.ndarray:
     """Decode a sensor_msgs/CompressedImage (JPEG, PNG, ... whatever Pillow reads)."""
     from PIL import Image, UnidentifiedImageError  # noqa: PLC0415
 
-    if len(msg.data) == 0:
-        raise ImageRejected(EMPTY, f"compressed image has no data (format '{msg.format}')")
-    if "compresseddepth" in msg.format.lower():
-        raise ImageRejected(ENCODING, f"'{msg.format}' is a depth image, not a camera image")
+    check_compressed(msg)
     try:
         image = Image.open(io.BytesIO(bytes(msg.data)))  # lazy: reads the header only
         width, height = image.size
@@ -97,8 +113,13 @@ def compressed_to_rgb(msg, max_pixels: int = DEFAULT_MAX_PIXELS) -> np.ndarray:
         rgb = np.asarray(image.convert("RGB"), dtype=np.uint8)
     except ImageRejected:
         raise
+    except Image.DecompressionBombError as err:  # a header claiming billions of pixels
+        raise ImageRejected(TOO_LARGE, f"compressed image header: {err}") from None
     except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as err:
         raise ImageRejected(DECODE, f"cannot decode compressed image (format '{msg.format}'): {err}") from None
+    except Exception as err:  # noqa: BLE001 - Pillow's decoders raise more kinds on corrupt data
+        raise ImageRejected(DECODE, f"cannot decode compressed image (format '{msg.format}'): "
+                                    f"{type(err).__name__}: {err}") from None
     return np.ascontiguousarray(rgb)
 
 
@@ -125,8 +146,7 @@ class ImageConverter:
         if self.bridge is None:
             return image_to_rgb(msg, self.max_pixels)
         if is_compressed(msg):
-            if len(msg.data) == 0:
-                raise ImageRejected(EMPTY, f"compressed image has no data (format '{msg.format}')")
+            check_compressed(msg)
             convert = self.bridge.compressed_imgmsg_to_cv2
         else:
             check_raw_image(msg, self.max_pixels)

@@ -77,10 +77,11 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(str(err))
 
     import rclpy  # noqa: PLC0415
-    from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor  # noqa: PLC0415
+    from rclpy.executors import ExternalShutdownException  # noqa: PLC0415
     from rclpy.lifecycle import TransitionCallbackReturn  # noqa: PLC0415
 
     from ..engine.errors import ConfigError  # noqa: PLC0415
+    from .executor import NodeExecutor  # noqa: PLC0415
     from .node import StreamCacheNode  # noqa: PLC0415
 
     try:
@@ -97,9 +98,9 @@ def main(argv: list[str] | None = None) -> int:
             if node.trigger_configure() != TransitionCallbackReturn.SUCCESS:
                 return _fail(node.configure_error or "configure failed")
             if node.trigger_activate() != TransitionCallbackReturn.SUCCESS:
-                return _fail("activate failed")
+                return _fail(node.configure_error or "activate failed")
         # cameras (one thread each) + questions + action + timers + diagnostics, none waiting on another
-        executor = MultiThreadedExecutor(num_threads=len(node.values["camera_topics"]) + 6)
+        executor = NodeExecutor(num_threads=len(node.values["camera_topics"]) + 6)
         executor.add_node(node)
         try:
             executor.spin()

@@ -8,8 +8,15 @@ Threads: image callbacks (one mutually exclusive group per camera) validate, sam
 the frame in the camera's one-frame slot; the ingest thread takes frames from the slots into the
 session (encoding a chunk every chunk_frames). Questions run on the executor's other threads; the
 session's lock serialises them with chunk encoding, and a question flushes the pending frames first,
-so every frame taken before the call is in memory for it. Status timers never wait for the session's
-lock: they publish the snapshot taken after the last chunk / question / reset.
+so every frame taken before the call is in memory for it; a chunk that falls due while a question
+runs goes before the next question (engine/turns.py), so ingest waits for one question at most.
+Status timers never wait for the session's lock: they publish the snapshot taken after the last
+chunk / question / reset.
+
+Faults (README "Reliability"): a bad image is rejected with its reason and counted; a bad question
+is refused with a specific error_message and the memory unchanged; a chunk that fails (the model
+raising, CUDA out of memory) is dropped and reported while ingest goes on; nothing a camera or a
+client sends can end the process.
 """
 from __future__ import annotations
 
@@ -22,18 +29,24 @@ from rclpy.callback_groups import MutuallyExclusiveCallbackGroup, ReentrantCallb
 from rclpy.clock import Clock, ClockType
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
 from rclpy.qos import QoSDurabilityPolicy, QoSHistoryPolicy, QoSProfile, QoSReliabilityPolicy, qos_profile_sensor_data
+from rclpy.qos_overriding_options import QoSOverridingOptions
 from sensor_msgs.msg import CompressedImage, Image
 from std_msgs.msg import Header
 from streamcache_ros_interfaces.action import Ask as AskAction
 from streamcache_ros_interfaces.msg import MemoryStatus
 from streamcache_ros_interfaces.srv import Ask, LoadMemory, ResetMemory, SaveMemory
 
-from ..engine.errors import ChunkError, ConfigError, FrameError, ModelLoadError, StreamCacheError
+from ..engine.errors import (AnswerError, ChunkError, ConfigError, FrameError, ModelLoadError, SnapshotError,
+                             StreamCacheError)
 from ..engine.factory import build_session
+from ..engine.faults import ENV as FAULTS_ENV
+from ..engine.faults import FaultPlan
+from ..engine.session import REPLACEMENT_CHARACTER
 from . import params
 from .diagnostics import NodeDiagnostics
 from .image_conversion import ImageConverter, ImageRejected, check_raw_image, is_compressed
-from .sampler import CameraCounters, LatestFrameSlots, SampledFrame
+from .sampler import NS_PER_S, CameraCounters, LatestFrameSlots, SampledFrame
+from .snapshots import SnapshotKeeper, check_path
 
 NODE_NAME = "streamcache_node"
 # A question longer than this many characters per allowed token cannot fit: refused before the
@@ -67,6 +80,7 @@ class CameraInput:
         self.topic = name  # resolved full name once subscribed
         self.subscription = None
         self.logged_reasons: set[str] = set()
+        self.last_ingested_ns: int | None = None  # the stamp of the last frame the ingest thread took
 
 
 class StreamCacheNode(LifecycleNode):
@@ -89,6 +103,8 @@ class StreamCacheNode(LifecycleNode):
         self._status_lock = threading.Lock()
         self._status = None  # engine SessionStatus after the last chunk / question / reset / load
         self._last_chunk_error = ""
+        self.snapshots = SnapshotKeeper("")
+        self._saved_at_stop = False
         self._entities = []  # services, action server, publishers, timers made at configure
         self._timer = None
         self._question_group = MutuallyExclusiveCallbackGroup()
@@ -118,13 +134,26 @@ class StreamCacheNode(LifecycleNode):
     def _configure(self) -> None:
         values = params.read_all(self)
         params.validate_node_params(values)
+        snapshot_path = check_path(str(values["memory_snapshot_path"]))
+        faults = FaultPlan.from_environment()  # before the model loads: a typo fails fast
         self.values = values
         self.session = build_session(params.engine_params(values))
+        if faults is not None:
+            faults.install(self.session)
+            self.get_logger().warning(f"{FAULTS_ENV}={faults}: TEST faults are being injected")
+        self.snapshots = SnapshotKeeper(snapshot_path, float(values["memory_snapshot_period_s"]))
+        self._saved_at_stop = False
+        restored = self.snapshots.restore(self.session)
+        if restored:
+            log = self.get_logger().error if self.snapshots.state == "refused" else self.get_logger().info
+            log(restored)
         self.sample_fps = float(values["sample_fps"])
         self.converter = ImageConverter(int(values["max_image_pixels"]))
         self.cameras = {name: CameraInput(name, CameraCounters(name, self.sample_fps),
                                           MutuallyExclusiveCallbackGroup())
                         for name in values["camera_topics"]}
+        for camera in self.cameras.values():
+            self._check_qos_overrides(camera)
         self._status = self.session.status()
         self._last_chunk_error = ""
         self.slots = LatestFrameSlots()
@@ -141,6 +170,21 @@ class StreamCacheNode(LifecycleNode):
             f"policy {self.session.policy.name}, cameras {', '.join(self.cameras)}, sample_fps {self.sample_fps}, "
             f"chunk_frames {self.session.config.chunk_frames}; images via {self.converter.backend}, "
             f"diagnostics via {self.diagnostics.backend}")
+
+    def _check_qos_overrides(self, camera: CameraInput) -> None:
+        """A bad qos_overrides.<topic>.subscription.* value is a configuration error (found at
+        configure, before anything is subscribed): declare and check them as rclpy will at activate."""
+        from rclpy.qos_overriding_options import _declare_qos_parameters  # noqa: PLC0415
+        from rclpy.subscription import Subscription  # noqa: PLC0415
+
+        topic = self.resolve_topic_name(camera.name)
+        sensor = qos_profile_sensor_data
+        scratch = QoSProfile(history=sensor.history, depth=sensor.depth, reliability=sensor.reliability,
+                             durability=sensor.durability)  # rclpy writes the overrides into the profile
+        try:
+            _declare_qos_parameters(Subscription, self, topic, scratch, QoSOverridingOptions.with_default_policies())
+        except Exception as err:  # noqa: BLE001 - InvalidQosOverridesError, ParameterException, ...
+            raise ConfigError(f"qos_overrides.{topic}.subscription", str(err).splitlines()[0]) from None
 
     def _make_interfaces(self) -> None:
         from rclpy.action import ActionServer, CancelResponse, GoalResponse  # noqa: PLC0415
@@ -162,10 +206,20 @@ class StreamCacheNode(LifecycleNode):
     def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
         for camera in self.cameras.values():
             msg_type = CompressedImage if camera.name.rstrip("/").endswith("/compressed") else Image
-            camera.subscription = self.create_subscription(
-                msg_type, camera.name, lambda msg, c=camera: self._on_image(c, msg), qos_profile_sensor_data,
-                callback_group=camera.group)
+            try:
+                # sensor-data QoS (best effort) by default; qos_overrides.<topic>.subscription.reliability
+                # := reliable for large images from a reliable publisher (best effort loses big messages)
+                camera.subscription = self.create_subscription(
+                    msg_type, camera.name, lambda msg, c=camera: self._on_image(c, msg), qos_profile_sensor_data,
+                    callback_group=camera.group, qos_overriding_options=QoSOverridingOptions.with_default_policies())
+            except Exception as err:  # noqa: BLE001 - checked at configure already; anything else rclpy refuses
+                self.configure_error = f"cannot subscribe to {camera.name}: {str(err).splitlines()[0]}"
+                if not self.autostart:
+                    self.get_logger().error(self.configure_error)
+                self._deactivate()
+                return TransitionCallbackReturn.FAILURE
             camera.topic = camera.subscription.topic_name
+            camera.last_ingested_ns = None
         self._stopping.clear()
         self.slots = LatestFrameSlots()
         self._ingest_thread = threading.Thread(target=self._ingest_loop, name="streamcache-ingest", daemon=True)
@@ -207,6 +261,8 @@ class StreamCacheNode(LifecycleNode):
             self._ingest_thread = None
 
     def _teardown(self) -> None:
+        if not self._saved_at_stop:  # cleanup / shutdown transitions: the memory goes with the session
+            self._write_snapshot("cleanup")
         for entity in self._entities:
             self.destroy_service(entity)
         self._entities = []
@@ -223,10 +279,26 @@ class StreamCacheNode(LifecycleNode):
         self.session = None
 
     def stop(self) -> None:
-        """Called on SIGINT / shutdown from main: stop questions and the ingest thread."""
+        """Called on SIGINT / shutdown from main: stop questions and the ingest thread, then write the
+        memory snapshot (memory_snapshot_path)."""
         if self._active:
             self._deactivate()
         self._stopping.set()
+        if not self._saved_at_stop:
+            self._saved_at_stop = True
+            self._write_snapshot("shutdown")
+
+    def _write_snapshot(self, reason: str) -> None:
+        session = self.session
+        if session is None:
+            return
+        try:
+            line = self.snapshots.write(session, reason)
+        except SnapshotError as err:
+            self.get_logger().error(f"memory snapshot not written: {err}")
+            return
+        if line:
+            self.get_logger().info(line)
 
     @property
     def active(self) -> bool:
@@ -250,14 +322,20 @@ class StreamCacheNode(LifecycleNode):
                     self._ack(camera, replaced.stamp_ns)
                 return  # acknowledged once the ingest thread has taken it
         except ImageRejected as err:
-            camera.counters.rejected(err.reason, str(err))
-            message = f"rejected a frame from {camera.topic}: {err}"
-            if err.reason not in camera.logged_reasons:
-                camera.logged_reasons.add(err.reason)
-                self.get_logger().warning(message)
-            else:
-                self.get_logger().warning(message, throttle_duration_sec=5.0)
+            self._reject(camera, err.reason, str(err))
+        except Exception as err:  # noqa: BLE001 - an exception here would end the executor's spin
+            self._reject(camera, "internal", f"conversion failed: {type(err).__name__}: {err}")
+            self.get_logger().debug(traceback.format_exc())
         self._ack(camera, stamp_ns)
+
+    def _reject(self, camera: CameraInput, reason: str, text: str) -> None:
+        camera.counters.rejected(reason, text)
+        message = f"rejected a frame from {camera.topic}: {text}"
+        if reason not in camera.logged_reasons:
+            camera.logged_reasons.add(reason)
+            self.get_logger().warning(message)
+        else:
+            self.get_logger().warning(message, throttle_duration_sec=5.0)
 
     def _ack(self, camera: CameraInput, stamp_ns: int) -> None:
         """Tell a lock-step replay that this frame has been dealt with (taken, skipped or rejected)."""
@@ -274,11 +352,13 @@ class StreamCacheNode(LifecycleNode):
             session = self.session
             if camera is None or session is None:
                 continue
+            self._time_jump(camera, frame.stamp_ns, session)
             report, failed = None, False
             try:
                 report = session.add_frame(frame.rgb, stamp=frame.stamp_ns * 1e-9, camera=frame.camera)
                 camera.counters.ingested()
-            except ChunkError as err:  # the chunk is dropped, the memory unchanged; counted by the session
+            except ChunkError as err:  # dropped (memory as before it) or kept uncompressed; counted by the session
+                camera.counters.ingested()  # the frame was taken; its chunk failed
                 failed, self._last_chunk_error = True, str(err)
                 self.get_logger().error(str(err))
             except FrameError as err:
@@ -290,7 +370,28 @@ class StreamCacheNode(LifecycleNode):
             if report is not None or failed:
                 self._refresh_status()
                 self.publish_memory_status()
+                if self.snapshots.due():
+                    self._write_snapshot("periodic")
             self._ack(camera, frame.stamp_ns)
+
+    def _time_jump(self, camera: CameraInput, stamp_ns: int, session) -> None:
+        """Stamps going back by more than one sampling period (a bag looped, a sim clock reset):
+        the sampler has restarted its slots (sampler.py); the memory is kept, or forgotten with
+        reset_on_time_jump. The camera's diagnostics show the jump."""
+        last, camera.last_ingested_ns = camera.last_ingested_ns, stamp_ns
+        if last is None or stamp_ns >= last - NS_PER_S / self.sample_fps:
+            return
+        back = (last - stamp_ns) / NS_PER_S
+        if self.get_parameter("reset_on_time_jump").value:
+            forgotten = session.reset()
+            for other in self.cameras.values():
+                other.last_ingested_ns = stamp_ns if other is camera else None
+            self._refresh_status()
+            self.get_logger().warning(f"{camera.topic}: stamps jumped back {back:.3f} s: memory reset "
+                                      f"({forgotten} frames forgotten, reset_on_time_jump)")
+        else:
+            self.get_logger().warning(f"{camera.topic}: stamps jumped back {back:.3f} s: sampling restarted, "
+                                      "memory kept (reset_on_time_jump is false)")
 
     # -- questions ------------------------------------------------------------------------------
     def _resolve_camera(self, camera: str) -> str:
@@ -324,6 +425,8 @@ class StreamCacheNode(LifecycleNode):
         if len(question) > CHARS_PER_TOKEN_LIMIT * limit:
             return self._refuse(result, f"the question is {len(question)} characters; at most "
                                         f"{CHARS_PER_TOKEN_LIMIT * limit} (max_question_tokens {limit})"), False
+        if REPLACEMENT_CHARACTER in request.camera:
+            return self._refuse(result, "the camera name is not valid UTF-8"), False
         try:
             camera = self._resolve_camera(request.camera)
         except ValueError as err:
@@ -334,7 +437,9 @@ class StreamCacheNode(LifecycleNode):
         try:
             answer = session.ask(question, list(request.options), camera=camera,
                                  max_new_tokens=int(request.max_new_tokens), on_text=on_text, should_stop=stop)
-        except StreamCacheError as err:  # QuestionError, ChunkError (flushing), ...: memory unchanged
+        except StreamCacheError as err:  # QuestionError, ChunkError (flushing), AnswerError: memory unchanged
+            if isinstance(err, (AnswerError, ChunkError)):  # a fault, not the client's doing
+                self.get_logger().error(f"question failed: {err}")
             return self._refuse(result, str(err)), False
         except Exception as err:  # noqa: BLE001 - a request never takes the node down
             self.get_logger().error(f"question failed: {type(err).__name__}: {err}\n{traceback.format_exc()}")
@@ -398,17 +503,24 @@ class StreamCacheNode(LifecycleNode):
             self.slots.clear()  # sampled before the reset: not wanted after it
             for camera in self.cameras.values():
                 camera.counters.restart_sampling()
+                camera.last_ingested_ns = None
             r.frames_cleared = self.session.reset()
             self.get_logger().info(f"memory reset: {r.frames_cleared} frames forgotten")
         return self._memory_call(response, reset)
 
     def _on_save(self, request, response):
         def save(r):
-            if not request.path.strip():
-                raise _RequestError("path is empty")
-            r.bytes_written = self.session.save(request.path)
+            path = request.path.strip()
+            if not path:  # the configured snapshot file
+                if not self.snapshots.path:
+                    raise _RequestError("path is empty (and memory_snapshot_path is not set)")
+                if not self.snapshots.writable:
+                    raise _RequestError(f"path is empty and memory_snapshot_path {self.snapshots.path} holds a "
+                                        "snapshot refused at start: give a path")
+                path = self.snapshots.path
+            r.bytes_written = self.session.save(path)
             r.frames_in_memory = self.session.status().frames_in_memory
-            self.get_logger().info(f"memory saved to {request.path}: {r.bytes_written} bytes")
+            self.get_logger().info(f"memory saved to {path}: {r.bytes_written} bytes")
         return self._memory_call(response, save)
 
     def _on_load(self, request, response):
@@ -417,6 +529,8 @@ class StreamCacheNode(LifecycleNode):
                 raise _RequestError("path is empty")
             self.slots.clear()
             r.frames_in_memory = self.session.load(request.path)
+            for camera in self.cameras.values():
+                camera.last_ingested_ns = None
             self.get_logger().info(f"memory loaded from {request.path}: {r.frames_in_memory} frames")
         return self._memory_call(response, load)
 
@@ -491,7 +605,10 @@ class StreamCacheNode(LifecycleNode):
         chunk_frames = session.config.chunk_frames if session is not None else 1
         return {"active": self._active, "prefix_tokens": len(session.adapter.prefix_ids) if session else 0,
                 "chunk_span_s": chunk_frames / self.sample_fps if session else 0.0,
-                "chunk_error": self._last_chunk_error, "gpu_total_bytes": gpu_total}
+                "chunk_error": self._last_chunk_error, "gpu_total_bytes": gpu_total,
+                "snapshot": self.snapshots.summary(),
+                "chunk_waited_questions": self._status.most_questions_a_chunk_waited_for if self._status else 0,
+                "snapshot_error": self.snapshots.detail if self.snapshots.state == "refused" else ""}
 
 
 class _RequestError(StreamCacheError):

@@ -70,6 +70,13 @@ NODE_SPECS: dict[str, Spec] = {
                             0.0, 1000.0, read_only=False),
     "max_frame_delay": Spec(5.0, "Diagnostics: frames stamped more than this many seconds before the "
                                  "node's clock are ERROR", 0.0, 1e9, read_only=False),
+    "memory_snapshot_path": Spec("", "Memory kept across restarts: restored from this file at configure when "
+                                     "it exists, written there at shutdown (empty = off)"),
+    "memory_snapshot_period_s": Spec(0.0, "Also write the memory snapshot every this many seconds of ingest "
+                                          "(0 = only at shutdown and on save_memory)", 0.0, 1e9),
+    "reset_on_time_jump": Spec(False, "Forget the memory when a camera's stamps jump back by more than one "
+                                      "sampling period (a bag loop); false keeps it and restarts sampling",
+                               read_only=False),
 }
 
 

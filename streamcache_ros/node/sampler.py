@@ -149,6 +149,7 @@ class CameraSnapshot:
     last_arrival: float  # time.monotonic(); 0.0 before the first frame
     receive_rate: float
     ingest_rate: float
+    time_jumps: int = 0  # stamps that went back by more than a sampling period (sampling restarted)
 
 
 class CameraCounters:
@@ -160,6 +161,7 @@ class CameraCounters:
         self._lock = threading.Lock()
         self._received = self._sampled = self._ingested = self._dropped = 0
         self._rejected: collections.Counter[str] = collections.Counter()
+        self._earlier_restarts = 0  # time jumps seen by samplers replaced at a memory reset
         self._last_reject = ""
         self._last_stamp_ns = 0
         self._last_arrival = 0.0
@@ -186,6 +188,7 @@ class CameraCounters:
     def restart_sampling(self) -> None:
         """Slots counted afresh from the next frame (after the memory was reset)."""
         with self._lock:
+            self._earlier_restarts += self.sampler.restarts
             self.sampler = StampSampler(self.sampler.sample_fps)
 
     def rejected(self, reason: str, message: str) -> None:
@@ -207,4 +210,4 @@ class CameraCounters:
             return CameraSnapshot(self._received, self._sampled, self._ingested, self._dropped,
                                   sum(self._rejected.values()), dict(self._rejected), self._last_reject,
                                   self._last_stamp_ns, self._last_arrival, self._receive_rate.rate(),
-                                  self._ingest_rate.rate())
+                                  self._ingest_rate.rate(), self.sampler.restarts + self._earlier_restarts)

@@ -1,0 +1,219 @@
+"""What bench/soak.py and bench/node_throughput.py share: streamcache_node, streamcache-replay and
+client processes on a ROS domain of their own (localhost), a monitor of memory_status and
+frame_acks in this process, and small table / JSON / statistics helpers (local, so the benchmark
+scripts stand on their own)."""
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import pathlib
+import platform
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+RESULTS = ROOT / "bench" / "results"
+GUARD_S = 600  # hang guard for one process step
+os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")  # this process's own participants
+
+
+def new_domain() -> int:
+    return random.SystemRandom().randint(10, 230)
+
+
+def child_env(domain: int) -> dict:
+    env = dict(os.environ)
+    env.update(PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p),
+               ROS_DOMAIN_ID=str(domain), ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST", HF_HUB_OFFLINE="1",
+               TRANSFORMERS_VERBOSITY="error", PYTHONUNBUFFERED="1")
+    return env
+
+
+def start(cmd: list[str], env: dict, log: pathlib.Path) -> subprocess.Popen:
+    handle = open(log, "w")  # noqa: SIM115 - the child keeps writing to it
+    return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=handle, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def node_command(namespace: str, params: dict) -> list[str]:
+    args = []
+    for name, value in params.items():
+        args += ["-p", f"{name}:={value}"]
+    return [sys.executable, "-m", "streamcache_ros.node.main", "--namespace", namespace, "--ros-args", *args]
+
+
+def replay_command(bag, namespace: str, *extra: str, rate: float | None = None) -> list[str]:
+    """A lock-step replay, as fast as the node takes frames (rate None) or at ``rate`` x the recording."""
+    speed = ["--fast"] if rate is None else ["--rate", str(rate)]
+    # a frame is resent only when not acknowledged for a long while: a question may hold the model
+    return [sys.executable, "-m", "streamcache_ros.node.replay", str(bag), "--lock-step", *speed, "--quiet",
+            "--namespace", namespace, "--ack-timeout", "60", *extra]
+
+
+def stop(proc: subprocess.Popen, timeout: float = 60.0) -> int:
+    """SIGINT, as Ctrl-C; SIGKILL to the group only when that hangs (returns -9 then)."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    return proc.returncode
+
+
+def descendants(pid: int) -> set[int]:
+    parents = {}
+    for entry in pathlib.Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                parents[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+    found, frontier = set(), {pid}
+    while frontier:
+        frontier = {child for child, parent in parents.items() if parent in frontier} - found
+        found |= frontier
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        return pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def rss_bytes(pid: int) -> int:
+    try:
+        for line in pathlib.Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def stamp_ns(t) -> int:
+    return t.sec * 1_000_000_000 + t.nanosec
+
+
+class Monitor:
+    """This process's own ROS participant: every memory_status (with the node's RSS at arrival)
+    and every frame acknowledgement (with its arrival time), in order."""
+
+    def __init__(self, domain: int, namespace: str, node_pid: int | None = None):
+        import rclpy  # noqa: PLC0415
+        from rclpy.executors import SingleThreadedExecutor  # noqa: PLC0415
+        from rclpy.qos import QoSProfile, QoSReliabilityPolicy  # noqa: PLC0415
+        from rclpy.signals import SignalHandlerOptions  # noqa: PLC0415
+        from std_msgs.msg import Header  # noqa: PLC0415
+        from streamcache_ros_interfaces.msg import MemoryStatus  # noqa: PLC0415
+
+        self.node_pid = node_pid
+        self.statuses: list[tuple[float, int, object]] = []  # (monotonic, node RSS, MemoryStatus)
+        self.acks: list[tuple[float, int]] = []  # (monotonic, stamp ns)
+        self._cond = threading.Condition()
+        self.context = rclpy.Context()
+        rclpy.init(context=self.context, domain_id=domain, signal_handler_options=SignalHandlerOptions.NO)
+        self.node = rclpy.create_node(f"bench_monitor_{os.getpid()}", context=self.context)
+        qos = QoSProfile(depth=1000, reliability=QoSReliabilityPolicy.RELIABLE)
+        self.node.create_subscription(MemoryStatus, f"{namespace}/memory_status", self._on_status, qos)
+        self.node.create_subscription(Header, f"{namespace}/frame_acks", self._on_ack, qos)
+        from diagnostic_msgs.msg import DiagnosticArray  # noqa: PLC0415
+
+        self.latency: dict[str, str] = {}  # the last "latency" diagnostic status's values
+        self.node.create_subscription(DiagnosticArray, "/diagnostics", self._on_diagnostics, 10)
+        self.executor = SingleThreadedExecutor(context=self.context)
+        self.executor.add_node(self.node)
+        self.thread = threading.Thread(target=self._spin, daemon=True)
+        self.thread.start()
+
+    def _spin(self):
+        from rclpy.executors import ExternalShutdownException  # noqa: PLC0415
+
+        try:
+            self.executor.spin()
+        except ExternalShutdownException:
+            pass
+
+    def _on_status(self, msg) -> None:
+        rss = rss_bytes(self.node_pid) if self.node_pid else 0
+        with self._cond:
+            self.statuses.append((time.monotonic(), rss, msg))
+            self._cond.notify_all()
+
+    def _on_diagnostics(self, msg) -> None:
+        for status in msg.status:
+            if status.name.endswith(": latency"):
+                self.latency = {kv.key: kv.value for kv in status.values}
+
+    def _on_ack(self, msg) -> None:
+        with self._cond:
+            self.acks.append((time.monotonic(), stamp_ns(msg.stamp)))
+            self._cond.notify_all()
+
+    def wait_for(self, predicate, timeout: float = GUARD_S, what: str = "condition") -> None:
+        with self._cond:
+            if not self._cond.wait_for(predicate, timeout):
+                raise TimeoutError(f"hang guard: no {what} within {timeout} s")
+
+    def latest(self):
+        """The next memory_status published from now (the node publishes at 1 Hz)."""
+        with self._cond:
+            count = len(self.statuses)
+        self.wait_for(lambda: len(self.statuses) > count, 30, "memory_status")
+        return self.statuses[-1][2]
+
+    def close(self) -> None:
+        import rclpy  # noqa: PLC0415
+
+        self.executor.shutdown(timeout_sec=2.0)
+        self.thread.join(timeout=5.0)
+        self.node.destroy_node()
+        rclpy.try_shutdown(context=self.context)
+
+
+def slope(xs: list[float], ys: list[float]) -> float:
+    """Least-squares slope of ys over xs (0 with fewer than two distinct xs)."""
+    n = len(xs)
+    if n < 2:
+        return 0.0
+    mx, my = sum(xs) / n, sum(ys) / n
+    sxx = sum((x - mx) ** 2 for x in xs)
+    return sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx if sxx else 0.0
+
+
+def percentile(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    index = min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))
+    return ordered[index]
+
+
+def table(rows: list[dict], columns: list[str]) -> str:
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    for row in rows:
+        lines.append("| " + " | ".join(str(row.get(c, "")) for c in columns) + " |")
+    return "\n".join(lines)
+
+
+def machine() -> dict:
+    import torch  # noqa: PLC0415
+
+    return {"date": datetime.datetime.now().isoformat(timespec="seconds"), "python": platform.python_version(),
+            "torch": torch.__version__, "cpu": platform.processor() or platform.machine(),
+            "cpus": os.cpu_count(), "torch_threads": torch.get_num_threads()}
+
+
+def write_json(path: pathlib.Path, data: dict) -> pathlib.Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=2, default=str) + "\n")
+    return path

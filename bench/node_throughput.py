@@ -1,0 +1,123 @@
+"""Node throughput: frames per second streamcache_node sustains from a bag replay, for each policy,
+alone and while a client asks questions back to back; the question latency meanwhile.
+
+    python bench/node_throughput.py                          # full, fifo, hermes, h2svc; 1200 frames each phase
+    python bench/node_throughput.py --policies fifo --frames 80 --json /tmp/t.json
+
+Real processes on a ROS domain of their own: the node (tiny Qwen2.5-VL unless --model), a lock-step
+replay (every frame sampled: sample_fps = the bag's rate; nothing dropped, so the rate is what the
+node takes in, limited by encoding, prefill and compression), and a client in this process. Phase 1
+replays the bag alone; phase 2 replays a second bag (the clip's next frames, later stamps) while the
+client asks one question after another. Frames per second are counted from the node's frame
+acknowledgements (first to last). Prints a table; writes bench/results/node_throughput.json.
+"""
+from __future__ import annotations
+
+import argparse
+import pathlib
+import statistics
+import sys
+import tempfile
+import threading
+import time
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+import node_harness as h  # noqa: E402
+
+NS = "/throughput"
+CAM = "/throughput/cam"
+POLICIES = ("full", "fifo", "hermes", "h2svc")
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--policies", nargs="+", default=list(POLICIES), choices=POLICIES)
+    p.add_argument("--frames", type=int, default=1200, help="frames per phase (all are sampled)")
+    p.add_argument("--fps", type=float, default=2.0, help="bag rate = sample_fps")
+    p.add_argument("--model", default="tiny-qwen2_5_vl")
+    p.add_argument("--budget-units", type=int, default=48, help="budget_tokens in stream units (fifo, hermes)")
+    p.add_argument("--chunk-frames", type=int, default=8)
+    p.add_argument("--max-new-tokens", type=int, default=8)
+    p.add_argument("--json", type=pathlib.Path, default=h.RESULTS / "node_throughput.json")
+    return p.parse_args(argv)
+
+
+def ack_rate(acks: list[tuple[float, int]]) -> float:
+    if len(acks) < 2:
+        return float("nan")
+    return (len(acks) - 1) / (acks[-1][0] - acks[0][0])
+
+
+def measure(policy: str, args, bags, tokens_per_unit: int, work: pathlib.Path) -> dict:
+    from streamcache_ros.node.client import StreamCacheClient  # noqa: PLC0415
+
+    params = {"camera_topics": f"['{CAM}']", "policy": policy, "budget_tokens": args.budget_units * tokens_per_unit,
+              "sample_fps": args.fps, "chunk_frames": args.chunk_frames, "max_new_tokens": args.max_new_tokens,
+              "model_path": args.model, f"qos_overrides.{CAM}.subscription.reliability": "reliable"}
+    domain = h.new_domain()
+    env = h.child_env(domain)
+    node = h.start(h.node_command(NS, params), env, work / f"node-{policy}.log")
+    monitor = h.Monitor(domain, NS, node.pid)
+    try:
+        monitor.wait_for(lambda: monitor.statuses, 300, "the node's first memory_status")
+        replay = h.start(h.replay_command(bags[0], NS, "--wait", "120"), env, work / f"replay1-{policy}.log")
+        if replay.wait(timeout=h.GUARD_S * 3) != 0:
+            raise RuntimeError(f"replay failed: see {work}/replay1-{policy}.log")
+        alone = ack_rate(monitor.acks)
+        first_ack = len(monitor.acks)
+        latencies, ttfts, answered = [], [], 0
+        with StreamCacheClient(NS, timeout=120, domain_id=domain) as client:
+            replay = h.start(h.replay_command(bags[1], NS, "--wait", "120"), env, work / f"replay2-{policy}.log")
+            done = threading.Event()
+            threading.Thread(target=lambda: (replay.wait(), done.set()), daemon=True).start()
+            monitor.wait_for(lambda: len(monitor.acks) > first_ack, 120, "the second replay's first frame")
+            while not done.is_set():
+                sent = time.monotonic()
+                r = client.ask("What is on the table?", max_new_tokens=args.max_new_tokens, timeout=h.GUARD_S)
+                if r.success:
+                    answered += 1
+                    latencies.append((time.monotonic() - sent) * 1e3)
+                    ttfts.append(r.ttft_ms)
+            if replay.returncode != 0:
+                raise RuntimeError(f"replay failed: see {work}/replay2-{policy}.log")
+        with_questions = ack_rate(monitor.acks[first_ack:])
+        final = monitor.latest()
+    finally:
+        h.stop(node)
+        monitor.close()
+    return {"policy": policy, "frames per phase": args.frames,
+            "ingest fps alone": round(alone, 2), "ingest fps with questions": round(with_questions, 2),
+            "questions": answered,
+            "latency p50 ms": round(statistics.median(latencies)) if latencies else None,
+            "latency p90 ms": round(h.percentile(latencies, 90)) if latencies else None,
+            "TTFT p50 ms": round(statistics.median(ttfts)) if ttfts else None,
+            "frames in memory": final.frames_in_memory, "KV MiB": round(final.kv_bytes / 2**20, 2),
+            "chunk ms (last)": round(final.encode_ms + final.prefill_ms + final.compress_ms)}
+
+
+def main(argv=None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    from streamcache_ros import bagfile, clip  # noqa: PLC0415
+    from streamcache_ros.engine import load_adapter  # noqa: PLC0415
+
+    work = pathlib.Path(tempfile.mkdtemp(prefix="streamcache-throughput-"))
+    period_ns = int(round(1e9 / args.fps))
+    bags = [bagfile.make_bag(work / "bag1", frames=args.frames, fps=args.fps, topic=CAM),
+            bagfile.make_bag(work / "bag2", frames=args.frames, fps=args.fps, topic=CAM, first_frame=args.frames,
+                             start_ns=bagfile.DEFAULT_START_NS + args.frames * period_ns)]
+    adapter = load_adapter(args.model, device="cpu", dtype="float32")
+    tokens_per_unit = adapter.preprocess(list(clip.clip(2))).tokens_per_unit
+    rows = []
+    for policy in args.policies:
+        rows.append(measure(policy, args, bags, tokens_per_unit, work))
+        print(f"[node_throughput] {policy}: {rows[-1]}", flush=True)
+    columns = list(rows[0])
+    print(h.table(rows, columns))
+    out = h.write_json(args.json, {"machine": h.machine(), "config": {**vars(args), "json": str(args.json)},
+                                   "rows": rows})
+    print(f"\nwrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

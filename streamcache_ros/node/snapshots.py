@@ -1,0 +1,78 @@
+"""The memory kept across restarts: parameter ``memory_snapshot_path`` (no rclpy here).
+
+Rule (README "Reliability"): with a path set, the node restores the snapshot there at configure
+when the file exists, and writes its memory there (atomically: a temporary file, then a rename) at
+shutdown / cleanup, every ``memory_snapshot_period_s`` seconds of ingest when that is > 0, and on
+``save_memory`` with an empty path. A snapshot of another model, policy or policy configuration is
+refused with an error naming both; the node then starts with an empty memory and does not write
+over that file in this run (it is another model's or policy's memory): the memory diagnostic stays
+WARN and says so; ``save_memory`` with a path still works.
+"""
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+
+from ..engine.errors import ConfigError, SnapshotError
+
+
+def check_path(path: str) -> str:
+    """The path as the node will use it; ConfigError when its directory cannot take a file."""
+    if not path:
+        return ""
+    path = os.path.abspath(os.path.expanduser(path))
+    folder = os.path.dirname(path)
+    if os.path.isdir(path):
+        raise ConfigError("memory_snapshot_path", f"'{path}' is a directory: name a file in it")
+    if not os.path.isdir(folder):
+        raise ConfigError("memory_snapshot_path", f"directory '{folder}' does not exist")
+    if not os.access(folder, os.W_OK):
+        raise ConfigError("memory_snapshot_path", f"directory '{folder}' is not writable")
+    return path
+
+
+@dataclass
+class SnapshotKeeper:
+    path: str  # "" = no snapshot kept
+    period_s: float = 0.0
+    state: str = "none"  # none | restored | started empty | refused
+    detail: str = ""  # the log line of the last event
+    writable: bool = True  # False once the file at path was refused
+    last_write: float = 0.0  # time.monotonic() of the last write
+
+    def restore(self, session) -> str:
+        """Load the snapshot into ``session`` when there is one; returns a line for the log."""
+        self.last_write = time.monotonic()
+        if not self.path:
+            return ""
+        if not os.path.exists(self.path):
+            self.state, self.detail = "started empty", f"no memory snapshot at {self.path} yet: starting empty"
+            return self.detail
+        try:
+            frames = session.load(self.path)
+        except SnapshotError as err:
+            self.state, self.writable = "refused", False
+            self.detail = (f"memory snapshot refused: {err}. Starting with an empty memory; {self.path} is kept "
+                           "as it is and will not be written (set memory_snapshot_path to another file)")
+            return self.detail
+        self.state, self.detail = "restored", f"memory restored from {self.path}: {frames} frames"
+        return self.detail
+
+    def due(self) -> bool:
+        return bool(self.path) and self.writable and self.period_s > 0 and \
+            time.monotonic() - self.last_write >= self.period_s
+
+    def write(self, session, reason: str) -> str:
+        """Write ``session``'s memory to the path; returns a line for the log ('' when not written)."""
+        if not self.path or not self.writable:
+            return ""
+        written = session.save(self.path)
+        self.last_write = time.monotonic()
+        self.detail = f"memory written to {self.path} ({reason}): {written} bytes"
+        return self.detail
+
+    def summary(self) -> str:
+        if not self.path:
+            return "off (memory_snapshot_path is empty)"
+        return f"{self.path}: {self.state}" + ("" if self.writable else " (not written: refused at start)")
