@@ -2,14 +2,23 @@
 own process, the replay, the service, the action, memory status, diagnostics, a clean stop."""
 import subprocess
 
+import pytest
+
 from node_procs import HANG_GUARD_S, ROOT, child_env, new_domain, python_module
 from streamcache_ros import bagfile
+from streamcache_ros.node.ros_install import ros2_launch_unavailable
+
+LAUNCH_UNAVAILABLE = ros2_launch_unavailable(ROOT)
+WAYS = [pytest.param(["--without-launch"], "streamcache_node stopped (exit code 0)", id="console-entries"),
+        pytest.param([], "ros2 launch stopped (exit code 0)", id="ros2-launch",
+                     marks=pytest.mark.skipif(bool(LAUNCH_UNAVAILABLE), reason=f"cannot run here: {LAUNCH_UNAVAILABLE}"))]
 
 
-def test_node_demo_runs_end_to_end(tmp_path):
+@pytest.mark.parametrize(("way", "stopped"), WAYS)
+def test_node_demo_runs_end_to_end(tmp_path, way, stopped):
     bag = bagfile.make_bag(tmp_path / "bag", frames=40, fps=2.0)
-    done = subprocess.run(python_module("streamcache_ros.node.demo", "--bag", str(bag), "--policy", "fifo"), cwd=ROOT,
-                          env=child_env(new_domain()), capture_output=True, text=True, timeout=HANG_GUARD_S)
+    done = subprocess.run(python_module("streamcache_ros.node.demo", "--bag", str(bag), "--policy", "fifo", *way),
+                          cwd=ROOT, env=child_env(new_domain()), capture_output=True, text=True, timeout=HANG_GUARD_S)
     out = done.stdout
     assert done.returncode == 0, out + done.stderr
     assert "40 messages on /camera/image_raw" in out and "40 acknowledged" in out
@@ -19,4 +28,4 @@ def test_node_demo_runs_end_to_end(tmp_path):
     # 40 frames at 2 fps -> 20 sampled; budget 96 tokens = 8 two-frame units: 16 frames kept
     assert "fifo, model tiny-qwen2_5_vl: 16 frames in memory" in out
     assert "streamcache_node: memory" in out and "streamcache_node: latency" in out
-    assert "streamcache_node stopped (exit code 0)" in out
+    assert stopped in out

@@ -3,8 +3,12 @@ questions asked through the Ask service and the Ask action, memory status and di
 
     streamcache-node-demo [--policy fifo] [--budget 96] [--bag data/demo_bag]   (scripts/demo.sh)
 
-Everything runs in a ROS domain of its own on localhost (unless ROS_DOMAIN_ID is set), and every
-process it starts is stopped at the end (SIGINT, as a robot's launch would).
+Where `ros2 launch` runs this checkout (the ros2 CLI wheels or a system ROS 2, and the colcon install
+scripts/setup.sh makes), the node and the replay start through
+``ros2 launch streamcache_ros replay.launch.py``; elsewhere (or with ``--without-launch``) as the
+console entries that start the same node with the same YAML. Everything runs in a ROS domain of its
+own on localhost (unless ROS_DOMAIN_ID is set), and every process it starts is stopped at the end
+(SIGINT, as Ctrl-C in a launch's terminal).
 """
 from __future__ import annotations
 
@@ -17,6 +21,8 @@ import subprocess
 import sys
 import threading
 import time
+
+from .ros_install import ros2_launch_unavailable
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 NAMESPACE = "/streamcache"
@@ -90,27 +96,99 @@ def print_diagnostics(array, node_name: str) -> None:
             print(f"          {', '.join(shown)}")
 
 
+class PlainProcesses:
+    """The node and the replay tool started as console entries (no `ros2 launch` needed)."""
+
+    description = "streamcache_node and streamcache-replay as processes of their own"
+
+    def __init__(self, bag: pathlib.Path, overrides: dict):
+        self.bag = bag
+        cmd = [sys.executable, "-m", "streamcache_ros.node.main", "--params-file", str(ROOT / "config" / "streamcache.yaml"),
+               "--namespace", NAMESPACE, "--ros-args", "-p", "use_sim_time:=true"]
+        for name, value in overrides.items():
+            cmd += ["-p", f"{name}:={value}"]
+        self.node = subprocess.Popen(cmd, cwd=ROOT, env=child_env())  # its log goes to this terminal
+
+    def replay(self) -> bool:
+        print(f"replaying {self.bag} in lock-step (every frame reaches the node), /clock from the bag", flush=True)
+        done = subprocess.run([sys.executable, "-m", "streamcache_ros.node.replay", str(self.bag), "--lock-step", "--fast",
+                               "--clock", "--namespace", NAMESPACE], cwd=ROOT, env=child_env())
+        return done.returncode == 0
+
+    def alive(self) -> bool:
+        return self.node.poll() is None
+
+    def stop(self) -> int:
+        code = stop(self.node, "streamcache_node")
+        print(f"streamcache_node stopped (exit code {code})")
+        return code
+
+
+class LaunchedProcesses:
+    """`ros2 launch streamcache_ros replay.launch.py`: the node and the replay of the bag (lock-step)."""
+
+    description = "ros2 launch streamcache_ros replay.launch.py"
+
+    def __init__(self, bag: pathlib.Path, overrides: dict):
+        cmd = ["ros2", "launch", "streamcache_ros", "replay.launch.py", f"bag:={bag}", "rate:=0", "lock_step:=true",
+               f"namespace:={NAMESPACE.strip('/')}"] + [f"{name}:={value}" for name, value in overrides.items()]
+        print("  $ " + " ".join(cmd), flush=True)
+        self.launch = subprocess.Popen(cmd, cwd=ROOT, env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                       text=True, bufsize=1)
+        self.replay_ok: bool | None = None
+        self.replay_ended = threading.Event()
+        threading.Thread(target=self._echo, daemon=True).start()
+
+    def _echo(self) -> None:
+        """The launch's output goes to this terminal; the replay's end is read from it."""
+        for line in self.launch.stdout:
+            print(line, end="", flush=True)
+            if "[replay] done:" in line:
+                self.replay_ok = True
+                self.replay_ended.set()
+            elif "streamcache-replay" in line and "process has died" in line:
+                self.replay_ok = False
+                self.replay_ended.set()
+        self.replay_ended.set()  # the launch ended
+
+    def replay(self) -> bool:
+        self.replay_ended.wait()
+        return bool(self.replay_ok)
+
+    def alive(self) -> bool:
+        return self.launch.poll() is None
+
+    def stop(self) -> int:
+        code = stop(self.launch, "ros2 launch")
+        print(f"ros2 launch stopped (exit code {code}): streamcache_node and streamcache-replay with it")
+        return code
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="streamcache-node-demo", description=__doc__.splitlines()[0])
     parser.add_argument("--bag", type=pathlib.Path, default=None, help="a rosbag2 (default: the demo bag)")
     parser.add_argument("--policy", default=None, help="full | fifo | hermes | h2svc (default: the node's)")
     parser.add_argument("--budget", type=int, default=96, help="video tokens kept per layer (fifo, hermes)")
     parser.add_argument("--model", default=None, help="model_path (default: the bundled tiny model)")
+    parser.add_argument("--without-launch", action="store_true",
+                        help="start the node and the replay as console entries even where `ros2 launch` works")
     args = parser.parse_args(argv)
 
     os.environ.setdefault("ROS_DOMAIN_ID", str(random.randint(120, 220)))
     os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
-    bag = args.bag or default_bag()
+    bag = (args.bag or default_bag()).resolve()
     ensure_bag(bag)
-    node_cmd = [sys.executable, "-m", "streamcache_ros.node.main", "--params-file", str(ROOT / "config" / "streamcache.yaml"),
-                "--namespace", NAMESPACE, "--ros-args", "-p", "use_sim_time:=true", "-p", f"budget_tokens:={args.budget}"]
+    overrides = {"budget_tokens": args.budget}
     if args.policy:
-        node_cmd += ["-p", f"policy:={args.policy}"]
+        overrides["policy"] = args.policy
     if args.model:
-        node_cmd += ["-p", f"model_path:={args.model}"]
-    print(f"starting streamcache_node in {NAMESPACE} (ROS_DOMAIN_ID={os.environ['ROS_DOMAIN_ID']}, localhost)", flush=True)
+        overrides["model_path"] = args.model
+    unavailable = "--without-launch" if args.without_launch else ros2_launch_unavailable(ROOT)
+    kind = PlainProcesses if unavailable else LaunchedProcesses
+    print(f"starting streamcache_node in {NAMESPACE} (ROS_DOMAIN_ID={os.environ['ROS_DOMAIN_ID']}, localhost) "
+          f"through {kind.description}" + (f" ({unavailable})" if unavailable else ""), flush=True)
     started = time.monotonic()
-    node = subprocess.Popen(node_cmd, cwd=ROOT, env=child_env())  # its log goes to this terminal
+    processes = kind(bag, overrides)
     code = 0
     client = None
     try:
@@ -118,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
 
         client = StreamCacheClient(NAMESPACE, timeout=180.0)
         print(f"node ready after {time.monotonic() - started:.1f} s", flush=True)
-        code = run_demo(client, bag, node)
+        code = run_demo(client, processes)
     except KeyboardInterrupt:
         code = 130
     except Exception as err:  # noqa: BLE001 - say what failed, then stop the processes
@@ -127,14 +205,14 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if client is not None:
             client.close()
-        node_code = stop(node, "streamcache_node")
-        print(f"streamcache_node stopped (exit code {node_code}); total {time.monotonic() - started:.1f} s")
-        if node_code not in (0, None) and code == 0:
+        stopped_code = processes.stop()
+        print(f"total {time.monotonic() - started:.1f} s")
+        if stopped_code not in (0, None) and code == 0:
             code = 1
     return code
 
 
-def run_demo(client, bag: pathlib.Path, node: subprocess.Popen) -> int:
+def run_demo(client, processes) -> int:
     from diagnostic_msgs.msg import DiagnosticArray  # noqa: PLC0415
     from rclpy.qos import QoSProfile, QoSReliabilityPolicy  # noqa: PLC0415
     from streamcache_ros_interfaces.msg import MemoryStatus  # noqa: PLC0415
@@ -161,13 +239,12 @@ def run_demo(client, bag: pathlib.Path, node: subprocess.Popen) -> int:
     client.node.create_subscription(MemoryStatus, f"{NAMESPACE}/memory_status", on_status, reliable)
     client.node.create_subscription(DiagnosticArray, "/diagnostics", on_diag, reliable)
 
-    print(f"replaying {bag} in lock-step (every frame reaches the node), /clock from the bag", flush=True)
-    replay = subprocess.run([sys.executable, "-m", "streamcache_ros.node.replay", str(bag), "--lock-step", "--fast",
-                             "--clock", "--namespace", NAMESPACE], cwd=ROOT, env=child_env())
+    print("memory status after each chunk (from when the demo connected):", flush=True)
+    replayed = processes.replay()
     client.memory_status(timeout=10.0)  # the status after the last chunk has been printed
     replaying.clear()
-    if replay.returncode != 0:
-        print(f"streamcache-replay failed (exit code {replay.returncode})", file=sys.stderr)
+    if not replayed:
+        print("streamcache-replay failed", file=sys.stderr)
         return 1
 
     print("\nquestions through the Ask service:")
@@ -202,7 +279,7 @@ def run_demo(client, bag: pathlib.Path, node: subprocess.Popen) -> int:
         print("\n/diagnostics (the camera is WARN, then ERROR, once the bag has ended: no frames since):")
         print_diagnostics(latest_diag[0], "streamcache_node")
     print("\nnote: the bundled tiny model has random weights: its answers are meaningless (README).")
-    return 0 if node.poll() is None else 1
+    return 0 if processes.alive() else 1
 
 
 if __name__ == "__main__":
