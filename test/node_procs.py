@@ -208,3 +208,26 @@ def stop_and_check_all_gone(proc: Proc) -> None:
     proc.popen.send_signal(signal.SIGINT)
     assert proc.wait() == 0, proc.output()
     assert not wait_gone(tree), proc.output()
+
+
+def ros2_daemons(domain: int) -> list[int]:
+    """The pids of the `ros2` CLI's daemon for this domain (it detaches: not below any test process)."""
+    found = []
+    for entry in pathlib.Path("/proc").iterdir():
+        try:
+            args = (entry / "cmdline").read_bytes().split(b"\0") if entry.name.isdigit() else []
+        except OSError:
+            continue
+        if any(b"ros2cli.daemon" in a for a in args) and b"--ros-domain-id" in args \
+                and args[args.index(b"--ros-domain-id") + 1] == str(domain).encode():
+            found.append(int(entry.name))
+    return found
+
+
+def stop_ros2_daemon(domain: int) -> list[int]:
+    """`ros2 daemon stop` for this domain; the daemon pids still alive after it (empty when it ended).
+    The command returns once the daemon was asked to stop, before the process has ended."""
+    daemons = ros2_daemons(domain)
+    subprocess.run(["ros2", "daemon", "stop"], cwd=ROOT, env=ros2_env(domain), capture_output=True,
+                   timeout=HANG_GUARD_S, stdin=subprocess.DEVNULL)
+    return wait_gone(daemons)
