@@ -28,10 +28,22 @@ pip_install() {
   python -m pip install --no-input --disable-pip-version-check -q "$@" 2> >(grep -v "^WARNING: Location" >&2)
 }
 
+if [ "$SYSTEM_ROS" = 1 ]; then
+  # The system's ros2 CLI serves ros2 launch / ros2 run; a minimal ROS install may lack these two.
+  for pair in ros2launch:ros2launch diagnostic_updater:diagnostic-updater; do
+    module=${pair%%:*}
+    if ! python -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('$module') is None)" 2>/dev/null; then
+      log "system ROS 2 has no '$module': install ros-$ROS_DISTRO-${pair#*:} (apt) for it; everything else works without"
+    fi
+  done
+fi
+
 # What the slow steps depend on: when it is unchanged since the last successful run, they are skipped.
+# launch/, config/ and resource/ by file list: with --symlink-install an edit is live, a new file needs colcon.
 STAMP="$VENV/.streamcache-setup"
-FINGERPRINT=$(cat requirements.txt requirements-ros.txt scripts/setup.sh setup.py package.xml msg/CMakeLists.txt \
-  msg/package.xml msg/*/* 2>/dev/null | sha256sum | cut -d' ' -f1)
+FINGERPRINT=$( (cat requirements.txt requirements-ros.txt scripts/setup.sh setup.py package.xml msg/CMakeLists.txt \
+  msg/package.xml msg/*/* 2>/dev/null; find launch config resource -type f 2>/dev/null | LC_ALL=C sort) \
+  | sha256sum | cut -d' ' -f1)
 if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$FINGERPRINT" ] && [ -f "$ROOT/install/setup.bash" ]; then
   log "already set up (delete $STAMP to force)"
   exit 0
@@ -85,7 +97,6 @@ if [ ! -f "$ROOT/data/demo_bag/metadata.yaml" ]; then
   python -m streamcache_ros.bagfile "$ROOT/data/demo_bag" --overwrite >/dev/null
 fi
 
-echo "$FINGERPRINT" >"$STAMP"
 log "checking the install"
 # shellcheck disable=SC1091
 source "$ROOT/scripts/env.sh"
@@ -96,3 +107,19 @@ from streamcache_ros.engine import models
 print(f"[setup] ok: rclpy, torch {torch.__version__}, transformers {transformers.__version__}, "
       f"interfaces; tiny models: {', '.join(models.bundled_model_names())}")
 PY
+# ros2 launch / ros2 run must find THIS checkout's package. Without the ros2 CLI or launch_ros (no wheels,
+# a minimal system ROS 2) that is only a note; with them, a miss means the colcon install is wrong.
+python - "$ROOT" <<'PY'
+import importlib.util, pathlib, shutil, sys
+from streamcache_ros.node.ros_install import ros2_launch_unavailable
+why = ros2_launch_unavailable(pathlib.Path(sys.argv[1]))
+if not why:
+    print("[setup] ok: 'ros2 launch streamcache_ros live.launch.py' and 'ros2 run streamcache_ros streamcache_node' run this checkout")
+elif shutil.which("ros2") is None or importlib.util.find_spec("launch_ros") is None:
+    print(f"[setup] note: no 'ros2 launch' / 'ros2 run' here: {why}; the console entries "
+          "(streamcache_node, streamcache-replay, ...) start the same node with the same YAML")
+else:
+    sys.exit(f"[setup] 'ros2 launch' would not run this checkout: {why}")
+PY
+# written last: a run that failed a check above is not taken for a finished one
+echo "$FINGERPRINT" >"$STAMP"

@@ -1,4 +1,5 @@
-"""Helpers for the tests that run real processes: streamcache_node, streamcache-replay, ros2 launch.
+"""Helpers for the tests that run real processes: streamcache_node, streamcache-replay, ros2 launch,
+the ros2 CLI.
 
 Every test module gets a ROS domain of its own, on localhost only; every process started here is
 stopped by the fixture that started it (SIGINT, then SIGKILL as a last resort).
@@ -15,7 +16,9 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 
+import pytest
 import rclpy
 from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 from rclpy.signals import SignalHandlerOptions
@@ -23,6 +26,12 @@ from rclpy.signals import SignalHandlerOptions
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 os.environ["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "LOCALHOST"  # this process's own contexts too
 HANG_GUARD_S = 180  # timeouts only guard against hangs: nothing asserts on time
+
+# A shell's background job starts with SIGINT ignored, and SIG_IGN is inherited across exec: every
+# child would then ignore the SIGINT a test stops it with. A handled signal resets to the default
+# in an exec'd child, so handling it here gives the children a normal SIGINT.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def new_domain() -> int:
@@ -77,6 +86,28 @@ class Proc:
             os.killpg(self.popen.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+
+
+def ros2_env(domain: int) -> dict:
+    """child_env for `ros2 ...` processes, their ROS logs kept with the other children's."""
+    env = child_env(domain)
+    env["ROS_LOG_DIR"] = os.path.join(LOG_DIR, "ros-log")
+    return env
+
+
+def installed_here() -> str:
+    """'' when `ros2 launch streamcache_ros ...` / `ros2 run` would run this checkout, else why not."""
+    from streamcache_ros.node.ros_install import ros2_launch_unavailable  # noqa: PLC0415
+
+    return ros2_launch_unavailable(ROOT)
+
+
+needs_install = pytest.mark.skipif(bool(installed_here()), reason=f"cannot run here: {installed_here()}")
+
+
+def run_launch(domain: int, *args: str) -> Proc:
+    """`ros2 launch streamcache_ros <args>` in the background."""
+    return Proc(["ros2", "launch", "streamcache_ros", *args], ros2_env(domain))
 
 
 def python_module(module: str, *args: str) -> list[str]:
@@ -160,3 +191,43 @@ def alive(pid: int) -> bool:
     except OSError:
         return False
     return state != "Z"
+
+
+def wait_gone(pids) -> list[int]:
+    """The pids still alive after the hang guard (empty when every one ended)."""
+    deadline = time.monotonic() + HANG_GUARD_S
+    while any(alive(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return [pid for pid in pids if alive(pid)]
+
+
+def stop_and_check_all_gone(proc: Proc) -> None:
+    """SIGINT to a launch (as Ctrl-C in its terminal): it exits 0 and every process under it ends."""
+    tree = descendants(proc.popen.pid)
+    assert tree, "the launch started no process"
+    proc.popen.send_signal(signal.SIGINT)
+    assert proc.wait() == 0, proc.output()
+    assert not wait_gone(tree), proc.output()
+
+
+def ros2_daemons(domain: int) -> list[int]:
+    """The pids of the `ros2` CLI's daemon for this domain (it detaches: not below any test process)."""
+    found = []
+    for entry in pathlib.Path("/proc").iterdir():
+        try:
+            args = (entry / "cmdline").read_bytes().split(b"\0") if entry.name.isdigit() else []
+        except OSError:
+            continue
+        if any(b"ros2cli.daemon" in a for a in args) and b"--ros-domain-id" in args \
+                and args[args.index(b"--ros-domain-id") + 1] == str(domain).encode():
+            found.append(int(entry.name))
+    return found
+
+
+def stop_ros2_daemon(domain: int) -> list[int]:
+    """`ros2 daemon stop` for this domain; the daemon pids still alive after it (empty when it ended).
+    The command returns once the daemon was asked to stop, before the process has ended."""
+    daemons = ros2_daemons(domain)
+    subprocess.run(["ros2", "daemon", "stop"], cwd=ROOT, env=ros2_env(domain), capture_output=True,
+                   timeout=HANG_GUARD_S, stdin=subprocess.DEVNULL)
+    return wait_gone(daemons)

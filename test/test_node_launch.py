@@ -2,15 +2,12 @@
 `ros2 launch` finds this checkout's package (scripts/setup.sh builds it into install/), real runs
 ended by SIGINT with every process gone."""
 import importlib.util
-import os
 import pathlib
-import shutil
-import signal
 import time
 
 import pytest
 
-from node_procs import HANG_GUARD_S, LOG_DIR, ROOT, Proc, alive, child_env, descendants, new_domain
+from node_procs import HANG_GUARD_S, ROOT, needs_install, new_domain, run_launch, stop_and_check_all_gone
 from streamcache_ros import bagfile
 
 launch = pytest.importorskip("launch", reason="cannot run here: the launch package is not installed")
@@ -73,41 +70,6 @@ def test_replay_launch_content():
 def test_aggregator_is_added_on_request():
     _, produced, _ = evaluate(load("live.launch.py"), aggregator="true")
     assert [n.node_package for n in produced] == ["streamcache_ros", "diagnostic_aggregator"]
-
-
-def installed_here() -> str:
-    """'' when `ros2 launch streamcache_ros ...` would run this checkout, else why not."""
-    if shutil.which("ros2") is None:
-        return "the ros2 CLI is not installed (no ros2 CLI wheels, no system ROS 2)"
-    try:
-        from ament_index_python.packages import get_package_share_directory
-        share = pathlib.Path(get_package_share_directory("streamcache_ros"))
-    except Exception as err:  # noqa: BLE001
-        return f"streamcache_ros is not installed the ROS way ({err}); scripts/setup.sh builds it"
-    launch_file = (share / "launch" / "live.launch.py").resolve()
-    if launch_file != (LAUNCH / "live.launch.py").resolve():
-        return f"streamcache_ros in AMENT_PREFIX_PATH is another checkout's ({launch_file}); scripts/setup.sh here builds this one"
-    return ""
-
-
-needs_install = pytest.mark.skipif(bool(installed_here()), reason=f"cannot run here: {installed_here()}")
-
-
-def run_launch(domain, *args):
-    env = child_env(domain)
-    env["ROS_LOG_DIR"] = os.path.join(LOG_DIR, "ros-log")
-    return Proc(["ros2", "launch", "streamcache_ros", *args], env)
-
-
-def stop_and_check_all_gone(proc):
-    tree = descendants(proc.popen.pid)
-    assert tree, "the launch started no process"
-    proc.popen.send_signal(signal.SIGINT)  # as Ctrl-C in the launch's terminal
-    assert proc.wait() == 0, proc.output()
-    deadline = time.monotonic() + HANG_GUARD_S
-    while any(alive(pid) for pid in tree) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not [pid for pid in tree if alive(pid)], proc.output()
 
 
 @needs_install

@@ -1,0 +1,133 @@
+"""The `ros2` command line against real processes: `ros2 launch streamcache_ros live.launch.py` with a
+params file of our own, a replayed bag, then `ros2 param get`, `ros2 service call`, `ros2 action
+send_goal --feedback`, `ros2 topic echo --once /diagnostics`; `ros2 run streamcache_ros
+streamcache_node`; SIGINT ending each with nothing left behind.
+
+One launch serves the whole module (the node's start dominates the time). The tests that use it run
+in file order, the one that stops it last."""
+import os
+import re
+import signal
+import subprocess
+
+import pytest
+import yaml
+
+from node_procs import (HANG_GUARD_S, ROOT, Proc, descendants, needs_install, new_domain, ros2_env,
+                        run_launch, run_replay, stop_and_check_all_gone, stop_ros2_daemon, wait_gone)
+from streamcache_ros import bagfile
+
+pytestmark = needs_install
+
+NS = "sc_cli"
+CAMERA = "/sc_cli_cam/image_raw"
+# differ from config/streamcache.yaml (= the node's defaults), so a value seen came from this file
+BUDGET_TOKENS, SAMPLE_FPS = 48, 2.0
+BAG_FRAMES, BAG_FPS = 16, 2.0
+
+
+def ros2(domain, *args, timeout=HANG_GUARD_S) -> str:
+    """`ros2 <args>`: its output; a non-zero exit fails the test with that output."""
+    done = subprocess.run(["ros2", *args], cwd=ROOT, env=ros2_env(domain), capture_output=True, text=True,
+                          timeout=timeout, stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, f"ros2 {' '.join(args)} -> {done.returncode}\n{done.stdout}\n{done.stderr}"
+    return done.stdout
+
+
+@pytest.fixture(scope="module")
+def launched(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("ros2_cli")
+    params = yaml.safe_load((ROOT / "config" / "streamcache.yaml").read_text())
+    node_params = params["/**"]["ros__parameters"]
+    assert node_params["budget_tokens"] != BUDGET_TOKENS and node_params["sample_fps"] != SAMPLE_FPS
+    node_params.update(budget_tokens=BUDGET_TOKENS, sample_fps=SAMPLE_FPS, policy="fifo")
+    params_file = tmp / "streamcache.yaml"
+    params_file.write_text(yaml.safe_dump(params))
+
+    domain = new_domain()
+    proc = run_launch(domain, "live.launch.py", f"namespace:={NS}", f"params_file:={params_file}",
+                      f"camera_topics:=['{CAMERA}']")
+    try:
+        bag = bagfile.make_bag(tmp / "bag", frames=BAG_FRAMES, fps=BAG_FPS, topic=CAMERA)
+        replay = run_replay(domain, bag, "--fast", "--lock-step", "--namespace", f"/{NS}", "--wait", str(HANG_GUARD_S))
+        assert replay.returncode == 0, replay.stdout + replay.stderr + proc.output()
+        yield domain, proc
+    finally:
+        proc.kill_group()  # a no-op after test_sigint_ends_the_launch
+        left = stop_ros2_daemon(domain)
+    assert not left, f"the ros2 daemon {left} still runs after `ros2 daemon stop`"
+
+
+def test_param_get_shows_the_params_file(launched):
+    domain, _ = launched
+    # --timeout: how long to wait for the node to be discovered (a fresh daemon may not know it yet)
+    wait = ("--timeout", str(HANG_GUARD_S // 2))
+    out = ros2(domain, "param", "get", *wait, f"/{NS}/streamcache_node", "budget_tokens")
+    assert out.strip() == f"Integer value is: {BUDGET_TOKENS}"
+    out = ros2(domain, "param", "get", *wait, f"/{NS}/streamcache_node", "sample_fps")
+    assert out.strip() == f"Double value is: {SAMPLE_FPS}"
+
+
+def test_service_call_ask(launched):
+    domain, _ = launched
+    out = ros2(domain, "service", "call", f"/{NS}/ask", "streamcache_ros_interfaces/srv/Ask",
+               "{question: 'what do you see?'}")
+    response = out.split("response:", 1)[1]
+    assert "Ask_Response(success=True" in response, out
+    # 16 frames at 2 fps, all sampled at the file's 2 fps; its 48-token budget keeps the last 8
+    assert re.search(r"\bframes_in_memory=(\d+)", response).group(1) == "8", out
+    assert "error_message=''" in response, out
+
+
+def test_action_send_goal_streams_feedback(launched):
+    domain, _ = launched
+    out = ros2(domain, "action", "send_goal", "--feedback", f"/{NS}/ask_action", "streamcache_ros_interfaces/action/Ask",
+               "{question: 'what do you see?', max_new_tokens: 8}")
+    # each message is printed as YAML with only its first line indented
+    partials = [yaml.safe_load(line)["partial_answer"]
+                for line in re.findall(r"^Feedback:\n\s+(partial_answer: .*)$", out, re.MULTILINE)]
+    result = yaml.safe_load(re.search(r"^Result:\n(.*?)\n\nGoal finished", out, re.MULTILINE | re.DOTALL).group(1).lstrip())
+    assert result["success"] is True, out
+    # the text so far, growing; the last pieces may come after the result (a topic vs a service)
+    assert partials and all(p.startswith(q) for q, p in zip(partials, partials[1:])), out
+    assert result["answer"].startswith(partials[-1]), out
+    assert result["frames_in_memory"] == 8 and result["answer_tokens"] <= 8, out
+    assert out.rstrip().endswith("Goal finished with status: SUCCEEDED"), out
+
+
+def test_topic_echo_diagnostics(launched):
+    domain, _ = launched
+    out = ros2(domain, "topic", "echo", "--once", "/diagnostics", "diagnostic_msgs/msg/DiagnosticArray")
+    statuses = {s["name"]: s for s in yaml.safe_load(out.split("\n---", 1)[0])["status"]}
+    assert sorted(statuses) == ["streamcache_node: camera " + CAMERA, "streamcache_node: latency",
+                                "streamcache_node: memory"], out
+    memory = {kv["key"]: kv["value"] for kv in statuses["streamcache_node: memory"]["values"]}
+    assert (memory["Policy"], memory["Frames in memory"], memory["Budget (video tokens per layer)"]) == (
+        "fifo", "8", str(BUDGET_TOKENS)), out
+    camera = {kv["key"]: kv["value"] for kv in statuses["streamcache_node: camera " + CAMERA]["values"]}
+    assert camera["Frames received"] == str(BAG_FRAMES), out
+
+
+def test_sigint_ends_the_launch(launched):
+    _, proc = launched
+    stop_and_check_all_gone(proc)
+
+
+def test_ros2_run_then_sigint():
+    from streamcache_ros.node.client import StreamCacheClient
+
+    domain = new_domain()
+    proc = Proc(["ros2", "run", "streamcache_ros", "streamcache_node", "--ros-args", "-r", "__ns:=/sc_cli_run",
+                 "-p", "policy:=fifo", "-p", "budget_tokens:=72"], ros2_env(domain))
+    try:
+        with StreamCacheClient("/sc_cli_run", timeout=HANG_GUARD_S, domain_id=domain) as client:
+            status = client.memory_status(timeout=HANG_GUARD_S)
+            assert (status.policy, status.budget_tokens) == ("fifo", 72)
+        tree = descendants(proc.popen.pid)
+        assert tree, proc.output()
+        # to the group, as Ctrl-C in a terminal: ros2 run passes no signal on, it waits for its child
+        os.killpg(proc.popen.pid, signal.SIGINT)
+        assert proc.wait() == 0, proc.output()
+        assert not wait_gone(tree), proc.output()
+    finally:
+        proc.kill_group()
