@@ -35,6 +35,12 @@ class NodeExecutor(executors.MultiThreadedExecutor):
             handler, _, _ = self.wait_for_ready_callbacks(timeout_sec, None, wait_condition)
         except _SKIPPED:
             return None
+        except RuntimeError:  # rclpy's RCLError
+            # SIGTERM's handler shuts the context down from another thread: between spin()'s ok()
+            # check and the wait set made here. That is the end of spinning, not an error.
+            if self._context.ok():
+                raise
+            return None
         started = self._waiting.get(handler)
         if started is not None:  # yielded again while queued: let a worker take it
             started.wait(QUEUED_WAIT_S)
