@@ -1,6 +1,12 @@
-"""streamcache_ros.node.executor.NodeExecutor: the end of spinning when the context goes away."""
+"""The end of spinning: NodeExecutor when the context goes away, the node process on SIGINT / SIGTERM."""
+import os
+import signal
+import subprocess
+
 import pytest
 import rclpy
+
+from node_procs import HANG_GUARD_S, ROOT, child_env, new_domain, python_module
 
 from streamcache_ros.node.executor import NodeExecutor
 
@@ -41,3 +47,31 @@ def test_other_rcl_errors_still_raise():
         executor.shutdown(timeout_sec=1.0)
         node.destroy_node()
         rclpy.try_shutdown(context=context)
+
+
+@pytest.mark.parametrize("sigint_ignored", [False, True], ids=["sigint-default", "sigint-ignored"])
+@pytest.mark.parametrize("stop_signal", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_the_node_process_ends_cleanly_on_sigint_and_sigterm(stop_signal, sigint_ignored):
+    """Ctrl-C, `kill`, systemd: exit code 0 and no traceback, also when started from a background job
+    (SIGINT inherited ignored; rclpy installs its own handler)."""
+    def ignore_sigint():
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+    proc = subprocess.Popen(python_module("streamcache_ros.node.main", "--ros-args", "-p", "policy:=fifo"),
+                            cwd=ROOT, env=child_env(new_domain()), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, start_new_session=True, preexec_fn=ignore_sigint if sigint_ignored else None)
+    try:
+        lines = []
+        for line in proc.stdout:  # until the node is active (or has ended)
+            lines.append(line)
+            if "active: listening on" in line:
+                break
+        assert "active: listening on" in lines[-1], "".join(lines)
+        proc.send_signal(stop_signal)
+        rest, _ = proc.communicate(timeout=HANG_GUARD_S)
+        assert proc.returncode == 0, "".join(lines) + rest
+        assert "Traceback" not in rest, rest
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()

@@ -95,10 +95,11 @@ def main(argv: list[str] | None = None) -> int:
         except ConfigError as err:
             return _fail(str(err))
         if node.autostart:
-            if node.trigger_configure() != TransitionCallbackReturn.SUCCESS:
-                return _fail(node.configure_error or "configure failed")
-            if node.trigger_activate() != TransitionCallbackReturn.SUCCESS:
-                return _fail(node.configure_error or "activate failed")
+            for transition, name in ((node.trigger_configure, "configure"), (node.trigger_activate, "activate")):
+                if transition() != TransitionCallbackReturn.SUCCESS:
+                    if not rclpy.ok():  # SIGINT / SIGTERM while starting: a stop, not a bad parameter
+                        return 0
+                    return _fail(node.configure_error or f"{name} failed")
         # cameras (one thread each) + questions + action + timers + diagnostics, none waiting on another
         executor = NodeExecutor(num_threads=len(node.values["camera_topics"]) + 6)
         executor.add_node(node)
