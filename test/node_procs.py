@@ -7,6 +7,7 @@ stopped by the fixture that started it (SIGINT, then SIGKILL as a last resort).
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import pathlib
 import random
@@ -86,6 +87,28 @@ class Proc:
             os.killpg(self.popen.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+
+    def __enter__(self) -> "Proc":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+        self.kill_group()  # whatever the process itself started and left behind
+
+
+@contextlib.contextmanager
+def client_of(node: Proc, domain: int, namespace: str | None):
+    """A StreamCacheClient of ``node`` (None: found in the graph); the node's output is printed when
+    the client cannot reach it, so the failure says why."""
+    from streamcache_ros.node.client import StreamCacheClient  # noqa: PLC0415
+
+    try:
+        client = StreamCacheClient(namespace, timeout=HANG_GUARD_S, domain_id=domain)
+    except Exception:
+        print(node.output())
+        raise
+    with client:
+        yield client
 
 
 def ros2_env(domain: int) -> dict:

@@ -1,7 +1,6 @@
 """Model adapters on the bundled tiny models: inputs, positions, and the cached path vs transformers."""
 import math
 
-import numpy as np
 import pytest
 import torch
 

@@ -8,10 +8,9 @@ from rclpy.qos import QoSProfile, QoSReliabilityPolicy
 from sensor_msgs.msg import Image
 from std_msgs.msg import Header
 
-from node_procs import HANG_GUARD_S, Probe, Proc, child_env, new_domain, python_module, stamp_ns
+from node_procs import Probe, Proc, child_env, client_of, new_domain, python_module, stamp_ns
 from streamcache_ros import clip
 from streamcache_ros.engine.cache import POLICIES
-from streamcache_ros.node.client import StreamCacheClient
 
 S = 1_000_000_000
 DEFAULT_POLICY = "hermes" if "hermes" in POLICIES else "fifo"
@@ -26,21 +25,14 @@ def domain():
 def node(domain, tmp_path_factory):
     hidden = tmp_path_factory.mktemp("no_diagnostic_updater")
     (hidden / "diagnostic_updater.py").write_text('raise ImportError("hidden by the test")\n')
-    proc = Proc(python_module("streamcache_ros.node.main"), child_env(domain, extra_pythonpath=str(hidden)))
-    yield proc
-    proc.stop()
-    proc.kill_group()
+    with Proc(python_module("streamcache_ros.node.main"), child_env(domain, extra_pythonpath=str(hidden))) as proc:
+        yield proc
 
 
 @pytest.fixture(scope="module")
 def client(node, domain):
-    try:
-        c = StreamCacheClient(None, timeout=HANG_GUARD_S, domain_id=domain)  # found, not named
-    except Exception:
-        print(node.output())
-        raise
-    yield c
-    c.close()
+    with client_of(node, domain, None) as c:
+        yield c
 
 
 def test_defaults_without_diagnostic_updater(node, client, domain):

@@ -20,10 +20,9 @@ from sensor_msgs.msg import Image
 from std_msgs.msg import Header
 from streamcache_ros_interfaces.msg import MemoryStatus
 
-from node_procs import (HANG_GUARD_S, ROOT, Probe, Proc, child_env, new_domain, python_module, run_replay,
-                        stamp_ns)
+from node_procs import (HANG_GUARD_S, ROOT, Probe, Proc, child_env, client_of, new_domain, python_module,
+                        run_replay, stamp_ns)
 from streamcache_ros import bagfile, clip
-from streamcache_ros.node.client import StreamCacheClient
 
 NS = "/sc_it"
 CAM, CAM_PNG = "/it/cam", "/it/cam/compressed"
@@ -61,25 +60,18 @@ def bags(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def node(domain, geometry):
-    proc = Proc(python_module(
+    with Proc(python_module(
         "streamcache_ros.node.main", "--namespace", NS, "--ros-args",
         "-p", f"camera_topics:=['{CAM}', '{CAM_PNG}']", "-p", "policy:=fifo", "-p", f"budget_tokens:={geometry['budget']}",
         "-p", "sample_fps:=1.0", "-p", "chunk_frames:=4", "-p", "max_question_tokens:=64", "-p", "max_new_tokens:=8",
-        "-p", "model_path:=tiny-qwen2_5_vl", "-p", "device:=cpu", "-p", "dtype:=float32"), child_env(domain))
-    yield proc
-    proc.stop()
-    proc.kill_group()
+        "-p", "model_path:=tiny-qwen2_5_vl", "-p", "device:=cpu", "-p", "dtype:=float32"), child_env(domain)) as proc:
+        yield proc
 
 
 @pytest.fixture(scope="module")
 def client(node, domain):
-    try:
-        c = StreamCacheClient(NS, timeout=HANG_GUARD_S, domain_id=domain)
-    except Exception:
-        print(node.output())
-        raise
-    yield c
-    c.close()
+    with client_of(node, domain, NS) as c:
+        yield c
 
 
 @pytest.fixture(scope="module")

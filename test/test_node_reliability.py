@@ -21,10 +21,9 @@ from rclpy.qos import QoSProfile, QoSReliabilityPolicy
 from rclpy.serialization import serialize_message
 from sensor_msgs.msg import CompressedImage, Image
 from std_msgs.msg import Header
-from streamcache_ros_interfaces.msg import MemoryStatus
 from streamcache_ros_interfaces.srv import Ask
 
-from node_procs import HANG_GUARD_S, Probe, Proc, child_env, new_domain, python_module, run_replay, stamp_ns
+from node_procs import HANG_GUARD_S, Probe, Proc, child_env, client_of, new_domain, python_module, run_replay, stamp_ns
 from raw_ros import request_with_raw_first_string
 from streamcache_ros import bagfile, clip
 from streamcache_ros.node.client import StreamCacheClient
@@ -80,21 +79,14 @@ def bags(tmp_path_factory):
 def node(domain, budget, snapshot_path):
     env = child_env(domain)
     env["STREAMCACHE_TEST_FAULTS"] = FAULTS
-    proc = Proc(node_command(snapshot_path, budget=budget), env)
-    yield proc
-    proc.stop()
-    proc.kill_group()
+    with Proc(node_command(snapshot_path, budget=budget), env) as proc:
+        yield proc
 
 
 @pytest.fixture(scope="module")
 def client(node, domain):
-    try:
-        c = StreamCacheClient(NS, timeout=HANG_GUARD_S, domain_id=domain)
-    except Exception:
-        print(node.output())
-        raise
-    yield c
-    c.close()
+    with client_of(node, domain, NS) as c:
+        yield c
 
 
 @pytest.fixture(scope="module")

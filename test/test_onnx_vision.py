@@ -4,7 +4,6 @@ float32; answer logits atol 1e-3, tokens compared while the torch top-2 margin e
 (CLARIFICATIONS: greedy tokens may flip where the top two logits are within the numeric error)."""
 import json
 import os
-import pathlib
 import shutil
 import subprocess
 import sys

@@ -5,7 +5,6 @@ import torch
 
 from streamcache_ros.engine import (ChunkError, FrameError, QuestionError, Session, SessionConfig, SnapshotError,
                                     load_adapter, make_policy)
-from streamcache_ros.engine.cache import PREFIX_UNIT
 from streamcache_ros.engine.cache.rope import apply_rotary
 
 from conftest import make_variant

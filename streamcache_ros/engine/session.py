@@ -13,7 +13,6 @@ memory stays bounded and the cache is what it was. No ROS here.
 from __future__ import annotations
 
 import os
-import re
 import threading
 import time
 from dataclasses import asdict, dataclass, field
