@@ -52,7 +52,7 @@ def discover_namespace(node, timeout: float, spin: Callable[[float], None] | Non
                               "name one with --namespace")
         if time.monotonic() > deadline:
             raise NodeNotFound(f"no streamcache node found within {timeout:.0f} s "
-                               f"(ROS_DOMAIN_ID={os.environ.get('ROS_DOMAIN_ID', '0')})")
+                               f"(ROS domain {node.context.get_domain_id()})")
         (spin or time.sleep)(0.1)
 
 
