@@ -215,6 +215,19 @@ def test_the_clients_memory_status_watch(client, frames):
     assert watch.wait_for(lambda m: m.frames_in_memory == frames, HANG_GUARD_S).frames_in_memory == frames
 
 
+def test_a_goal_waits_for_its_action_server_and_fails_when_cancelled_first(domain, node):
+    from rclpy.action import ActionClient
+
+    with StreamCacheClient(NS, timeout=HANG_GUARD_S, domain_id=domain) as c:
+        c._action = ActionClient(c.node, AskAction, "/sc_bt_nobody/ask_action")  # a server that never comes
+        goal = c.ask_async(QUESTION)
+        assert goal.state == goal.PENDING and not goal.done() and goal.result() is None
+        goal.cancel()
+        assert goal.wait(HANG_GUARD_S)
+        assert goal.state == goal.FAILED and goal.result() is None
+        assert goal.error == "cancelled before the action server was found"
+
+
 # -- the tree ticked in this process ---------------------------------------------------------------
 def tick_to_end(tree, on_tick=None):
     deadline = time.monotonic() + HANG_GUARD_S
