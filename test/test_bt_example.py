@@ -13,11 +13,11 @@ import re
 import sys
 import time
 
+import py_trees  # in requirements.txt: when missing, the set-up is broken (a failure, not a skip)
 import pytest
 
-from node_procs import HANG_GUARD_S, ROOT, Proc, child_env, new_domain, python_module, run_replay
+from node_procs import HANG_GUARD_S, ROOT, Proc, child_env, client_of, new_domain, python_module, run_replay
 
-py_trees = pytest.importorskip("py_trees", reason="cannot run here: py_trees is not installed (scripts/setup.sh)")
 from py_trees.common import Status  # noqa: E402
 from streamcache_ros_interfaces.action import Ask as AskAction  # noqa: E402
 
@@ -53,24 +53,17 @@ def bag(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def node(domain):
-    proc = Proc(python_module(
+    with Proc(python_module(
         "streamcache_ros.node.main", "--namespace", NS, "--ros-args", "-p", f"camera_topics:=['{CAM}']",
         "-p", "policy:=fifo", "-p", "sample_fps:=1.0", "-p", "chunk_frames:=4", "-p", "max_new_tokens:=8",
-        "-p", "model_path:=tiny-qwen2_5_vl", "-p", "device:=cpu", "-p", "dtype:=float32"), child_env(domain))
-    yield proc
-    proc.stop()
-    proc.kill_group()
+        "-p", "model_path:=tiny-qwen2_5_vl", "-p", "device:=cpu", "-p", "dtype:=float32"), child_env(domain)) as proc:
+        yield proc
 
 
 @pytest.fixture(scope="module")
 def client(node, domain):
-    try:
-        c = StreamCacheClient(NS, timeout=HANG_GUARD_S, domain_id=domain)
-    except Exception:
-        print(node.output())
-        raise
-    yield c
-    c.close()
+    with client_of(node, domain, NS) as c:
+        yield c
 
 
 def example(domain, *args, namespace=NS) -> Proc:
