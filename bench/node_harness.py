@@ -19,6 +19,9 @@ import time
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+
+from streamcache_ros.node.participant import OwnParticipant  # noqa: E402 - after the path
+
 RESULTS = ROOT / "bench" / "results"
 GUARD_S = 600  # hang guard for one process step
 os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")  # this process's own participants
@@ -104,15 +107,12 @@ def stamp_ns(t) -> int:
     return t.sec * 1_000_000_000 + t.nanosec
 
 
-class Monitor:
+class Monitor(OwnParticipant):
     """This process's own ROS participant: every memory_status (with the node's RSS at arrival)
     and every frame acknowledgement (with its arrival time), in order."""
 
     def __init__(self, domain: int, namespace: str, node_pid: int | None = None):
-        import rclpy  # noqa: PLC0415
-        from rclpy.executors import SingleThreadedExecutor  # noqa: PLC0415
         from rclpy.qos import QoSProfile, QoSReliabilityPolicy  # noqa: PLC0415
-        from rclpy.signals import SignalHandlerOptions  # noqa: PLC0415
         from std_msgs.msg import Header  # noqa: PLC0415
         from streamcache_ros_interfaces.msg import MemoryStatus  # noqa: PLC0415
 
@@ -120,9 +120,7 @@ class Monitor:
         self.statuses: list[tuple[float, int, object]] = []  # (monotonic, node RSS, MemoryStatus)
         self.acks: list[tuple[float, int]] = []  # (monotonic, stamp ns)
         self._cond = threading.Condition()
-        self.context = rclpy.Context()
-        rclpy.init(context=self.context, domain_id=domain, signal_handler_options=SignalHandlerOptions.NO)
-        self.node = rclpy.create_node(f"bench_monitor_{os.getpid()}", context=self.context)
+        super().__init__(f"bench_monitor_{os.getpid()}", domain)
         qos = QoSProfile(depth=1000, reliability=QoSReliabilityPolicy.RELIABLE)
         self.node.create_subscription(MemoryStatus, f"{namespace}/memory_status", self._on_status, qos)
         self.node.create_subscription(Header, f"{namespace}/frame_acks", self._on_ack, qos)
@@ -130,18 +128,6 @@ class Monitor:
 
         self.latency: dict[str, str] = {}  # the last "latency" diagnostic status's values
         self.node.create_subscription(DiagnosticArray, "/diagnostics", self._on_diagnostics, 10)
-        self.executor = SingleThreadedExecutor(context=self.context)
-        self.executor.add_node(self.node)
-        self.thread = threading.Thread(target=self._spin, daemon=True)
-        self.thread.start()
-
-    def _spin(self):
-        from rclpy.executors import ExternalShutdownException  # noqa: PLC0415
-
-        try:
-            self.executor.spin()
-        except ExternalShutdownException:
-            pass
 
     def _on_status(self, msg) -> None:
         rss = rss_bytes(self.node_pid) if self.node_pid else 0
@@ -170,14 +156,6 @@ class Monitor:
             count = len(self.statuses)
         self.wait_for(lambda: len(self.statuses) > count, 30, "memory_status")
         return self.statuses[-1][2]
-
-    def close(self) -> None:
-        import rclpy  # noqa: PLC0415
-
-        self.executor.shutdown(timeout_sec=2.0)
-        self.thread.join(timeout=5.0)
-        self.node.destroy_node()
-        rclpy.try_shutdown(context=self.context)
 
 
 def slope(xs: list[float], ys: list[float]) -> float:

@@ -20,9 +20,8 @@ import threading
 import time
 
 import pytest
-import rclpy
-from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
-from rclpy.signals import SignalHandlerOptions
+
+from streamcache_ros.node.participant import OwnParticipant
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 os.environ["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "LOCALHOST"  # this process's own contexts too
@@ -142,24 +141,12 @@ def run_replay(domain: int, bag, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, cwd=ROOT, env=child_env(domain), capture_output=True, text=True, timeout=HANG_GUARD_S)
 
 
-class Probe:
+class Probe(OwnParticipant):
     """This test process's own ROS participant: subscriptions that collect, publishers."""
 
     def __init__(self, domain: int):
-        self.context = rclpy.Context()
-        rclpy.init(context=self.context, domain_id=domain, signal_handler_options=SignalHandlerOptions.NO)
-        self.node = rclpy.create_node(f"test_probe_{os.getpid()}", context=self.context)
-        self.executor = SingleThreadedExecutor(context=self.context)
-        self.executor.add_node(self.node)
+        super().__init__(f"test_probe_{os.getpid()}", domain)
         self.cond = threading.Condition()
-        self.thread = threading.Thread(target=self._spin, daemon=True)
-        self.thread.start()
-
-    def _spin(self):
-        try:
-            self.executor.spin()
-        except ExternalShutdownException:
-            pass
 
     def collect(self, msg_type, topic: str, qos, on_message=None) -> list:
         """Messages on ``topic`` as they arrive (appended to the returned list)."""
@@ -179,12 +166,6 @@ class Probe:
         with self.cond:
             if not self.cond.wait_for(predicate, timeout):
                 raise TimeoutError(f"hang guard: no {what} within {timeout} s")
-
-    def close(self):
-        self.executor.shutdown(timeout_sec=2.0)
-        self.thread.join(timeout=5.0)
-        self.node.destroy_node()
-        rclpy.try_shutdown(context=self.context)
 
 
 def stamp_ns(t) -> int:

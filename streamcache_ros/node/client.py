@@ -23,6 +23,8 @@ import threading
 import time
 from typing import Callable
 
+from .participant import OwnParticipant
+
 ASK_SERVICE_TYPE = "streamcache_ros_interfaces/srv/Ask"
 _instances = itertools.count()
 
@@ -215,9 +217,7 @@ class MemoryStatusWatch:
     def close(self) -> None:
         if not self.closed:
             self.closed = True
-            # destroyed by the executor's own thread, between two waits: from here it could pull the
-            # subscription out from under a wait in progress (rclpy InvalidHandle ends the spin)
-            self._client._executor.create_task(self._client.node.destroy_subscription, self._sub)
+            self._client._participant.in_spin_thread(self._client.node.destroy_subscription, self._sub)
 
 
 class StreamCacheClient:
@@ -225,25 +225,17 @@ class StreamCacheClient:
         """``namespace``: the node's namespace ('/streamcache' with the launch files, '' for a bare
         ``streamcache_node``); None finds the one node in the graph. ``timeout``: how long to wait for
         the node to appear. ``domain_id``: default ROS_DOMAIN_ID."""
-        import rclpy  # noqa: PLC0415
         from rclpy.action import ActionClient  # noqa: PLC0415
-        from rclpy.executors import SingleThreadedExecutor  # noqa: PLC0415
-        from rclpy.signals import SignalHandlerOptions  # noqa: PLC0415
         from streamcache_ros_interfaces.action import Ask as AskAction  # noqa: PLC0415
         from streamcache_ros_interfaces.msg import MemoryStatus  # noqa: PLC0415
         from streamcache_ros_interfaces.srv import Ask, LoadMemory, ResetMemory, SaveMemory  # noqa: PLC0415
 
         self._types = {"Ask": Ask, "AskAction": AskAction, "ResetMemory": ResetMemory, "SaveMemory": SaveMemory,
                        "LoadMemory": LoadMemory, "MemoryStatus": MemoryStatus}
-        self._context = rclpy.Context()
-        rclpy.init(context=self._context, domain_id=domain_id, signal_handler_options=SignalHandlerOptions.NO)
-        self.node = rclpy.create_node(f"streamcache_client_{os.getpid()}_{next(_instances)}", context=self._context)
-        self._executor = SingleThreadedExecutor(context=self._context)
-        self._executor.add_node(self.node)
+        self._participant = OwnParticipant(f"streamcache_client_{os.getpid()}_{next(_instances)}", domain_id)
+        self.node = self._participant.node
         self._watch: MemoryStatusWatch | None = None
         self._watch_lock = threading.Lock()
-        self._thread = threading.Thread(target=self._spin, name="streamcache-client", daemon=True)
-        self._thread.start()
         try:
             self.namespace = (discover_namespace(self.node, timeout) if namespace is None
                               else ("/" + namespace.strip("/")) if namespace.strip("/") else "")
@@ -258,14 +250,6 @@ class StreamCacheClient:
         except BaseException:
             self.close()
             raise
-
-    def _spin(self) -> None:
-        from rclpy.executors import ExternalShutdownException  # noqa: PLC0415
-
-        try:
-            self._executor.spin()
-        except ExternalShutdownException:
-            pass
 
     # -- calls ----------------------------------------------------------------------------------
     def _request(self, client, request, timeout, what):
@@ -360,14 +344,7 @@ class StreamCacheClient:
 
     # -- lifetime -------------------------------------------------------------------------------
     def close(self) -> None:
-        import rclpy  # noqa: PLC0415
-
-        if self._context.ok():
-            # the spinning thread ends before the node and the context go (else rcl aborts at exit)
-            self._executor.shutdown(timeout_sec=2.0)
-            self._thread.join(timeout=5.0)
-            self.node.destroy_node()
-            rclpy.try_shutdown(context=self._context)
+        self._participant.close()
 
     def __enter__(self) -> "StreamCacheClient":
         return self
