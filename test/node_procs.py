@@ -136,6 +136,18 @@ def python_module(module: str, *args: str) -> list[str]:
     return [sys.executable, "-m", module, *args]
 
 
+def tiny_node(namespace: str, cameras: list[str], **params) -> list[str]:
+    """streamcache_node's command line for the tests: the tiny Qwen2.5-VL on the CPU in float32, fifo,
+    one frame a second in chunks of 4, short answers, in ``namespace`` listening on ``cameras``;
+    ``params`` add parameters or override these."""
+    values = {"policy": "fifo", "sample_fps": 1.0, "chunk_frames": 4, "max_new_tokens": 8,
+              "model_path": "tiny-qwen2_5_vl", "device": "cpu", "dtype": "float32", **params}
+    rules = ["-p", "camera_topics:=[" + ", ".join(f"'{camera}'" for camera in cameras) + "]"]
+    for name, value in values.items():
+        rules += ["-p", f"{name}:={value}"]
+    return python_module("streamcache_ros.node.main", "--namespace", namespace, "--ros-args", *rules)
+
+
 def run_replay(domain: int, bag, *args: str) -> subprocess.CompletedProcess:
     cmd = python_module("streamcache_ros.node.replay", str(bag), *args)
     return subprocess.run(cmd, cwd=ROOT, env=child_env(domain), capture_output=True, text=True, timeout=HANG_GUARD_S)

@@ -16,7 +16,7 @@ import time
 import py_trees  # in requirements.txt: when missing, the set-up is broken (a failure, not a skip)
 import pytest
 
-from node_procs import HANG_GUARD_S, ROOT, Proc, child_env, client_of, new_domain, python_module, run_replay
+from node_procs import HANG_GUARD_S, ROOT, Proc, child_env, client_of, new_domain, run_replay, tiny_node
 
 from py_trees.common import Status  # noqa: E402
 from streamcache_ros_interfaces.action import Ask as AskAction  # noqa: E402
@@ -53,10 +53,7 @@ def bag(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def node(domain):
-    with Proc(python_module(
-        "streamcache_ros.node.main", "--namespace", NS, "--ros-args", "-p", f"camera_topics:=['{CAM}']",
-        "-p", "policy:=fifo", "-p", "sample_fps:=1.0", "-p", "chunk_frames:=4", "-p", "max_new_tokens:=8",
-        "-p", "model_path:=tiny-qwen2_5_vl", "-p", "device:=cpu", "-p", "dtype:=float32"), child_env(domain)) as proc:
+    with Proc(tiny_node(NS, [CAM]), child_env(domain)) as proc:
         yield proc
 
 

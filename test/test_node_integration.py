@@ -21,7 +21,7 @@ from std_msgs.msg import Header
 from streamcache_ros_interfaces.msg import MemoryStatus
 
 from node_procs import (HANG_GUARD_S, ROOT, Probe, Proc, child_env, client_of, new_domain, python_module,
-                        run_replay, stamp_ns)
+                        run_replay, stamp_ns, tiny_node)
 from streamcache_ros import bagfile, clip
 
 NS = "/sc_it"
@@ -60,11 +60,8 @@ def bags(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def node(domain, geometry):
-    with Proc(python_module(
-        "streamcache_ros.node.main", "--namespace", NS, "--ros-args",
-        "-p", f"camera_topics:=['{CAM}', '{CAM_PNG}']", "-p", "policy:=fifo", "-p", f"budget_tokens:={geometry['budget']}",
-        "-p", "sample_fps:=1.0", "-p", "chunk_frames:=4", "-p", "max_question_tokens:=64", "-p", "max_new_tokens:=8",
-        "-p", "model_path:=tiny-qwen2_5_vl", "-p", "device:=cpu", "-p", "dtype:=float32"), child_env(domain)) as proc:
+    command = tiny_node(NS, [CAM, CAM_PNG], budget_tokens=geometry["budget"], max_question_tokens=64)
+    with Proc(command, child_env(domain)) as proc:
         yield proc
 
 

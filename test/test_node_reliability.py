@@ -23,7 +23,8 @@ from sensor_msgs.msg import CompressedImage, Image
 from std_msgs.msg import Header
 from streamcache_ros_interfaces.srv import Ask
 
-from node_procs import HANG_GUARD_S, Probe, Proc, child_env, client_of, new_domain, python_module, run_replay, stamp_ns
+from node_procs import (HANG_GUARD_S, Probe, Proc, child_env, client_of, new_domain, run_replay,
+                        stamp_ns, tiny_node)
 from raw_ros import request_with_raw_first_string
 from streamcache_ros import bagfile, clip
 from streamcache_ros.node.client import StreamCacheClient
@@ -42,15 +43,11 @@ def near(t, expected_ns):
 
 
 def node_command(snapshot, policy="fifo", budget=None):
-    return python_module(
-        "streamcache_ros.node.main", "--namespace", NS, "--ros-args",
-        "-p", f"camera_topics:=['{CAM}', '{CAM_PNG}']", "-p", f"policy:={policy}",
-        *(["-p", f"budget_tokens:={budget}"] if budget else []),
-        "-p", "sample_fps:=1.0", "-p", "chunk_frames:=4", "-p", "max_question_tokens:=64", "-p", "max_new_tokens:=4",
-        "-p", "model_path:=tiny-qwen2_5_vl", "-p", "device:=cpu", "-p", "dtype:=float32",
-        "-p", f"memory_snapshot_path:={snapshot}",
-        # an 8K frame is 100 MB: best-effort delivery loses messages that large, a reliable one does not
-        "-p", f"qos_overrides.{CAM}.subscription.reliability:=reliable")
+    extra = {"budget_tokens": budget} if budget else {}
+    # an 8K frame is 100 MB: best-effort delivery loses messages that large, a reliable one does not
+    extra[f"qos_overrides.{CAM}.subscription.reliability"] = "reliable"
+    return tiny_node(NS, [CAM, CAM_PNG], policy=policy, max_question_tokens=64, max_new_tokens=4,
+                     memory_snapshot_path=snapshot, **extra)
 
 
 @pytest.fixture(scope="module")
