@@ -4,14 +4,11 @@ import subprocess
 
 import pytest
 
-from node_procs import HANG_GUARD_S, ROOT, child_env, new_domain, python_module
+from node_procs import HANG_GUARD_S, ROOT, child_env, needs_install, new_domain, python_module
 from streamcache_ros import bagfile
-from streamcache_ros.node.ros_install import ros2_launch_unavailable
 
-LAUNCH_UNAVAILABLE = ros2_launch_unavailable(ROOT)
 WAYS = [pytest.param(["--without-launch"], "streamcache_node stopped (exit code 0)", id="console-entries"),
-        pytest.param([], "ros2 launch stopped (exit code 0)", id="ros2-launch",
-                     marks=pytest.mark.skipif(bool(LAUNCH_UNAVAILABLE), reason=f"cannot run here: {LAUNCH_UNAVAILABLE}"))]
+        pytest.param([], "ros2 launch stopped (exit code 0)", id="ros2-launch", marks=needs_install)]
 
 
 @pytest.mark.parametrize(("way", "stopped"), WAYS)
