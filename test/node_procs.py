@@ -124,7 +124,8 @@ def installed_here() -> str:
     return ros2_launch_unavailable(ROOT)
 
 
-needs_install = pytest.mark.skipif(bool(installed_here()), reason=f"cannot run here: {installed_here()}")
+_NOT_INSTALLED_HERE = installed_here()
+needs_install = pytest.mark.skipif(bool(_NOT_INSTALLED_HERE), reason=f"cannot run here: {_NOT_INSTALLED_HERE}")
 
 
 def run_launch(domain: int, *args: str) -> Proc:
@@ -151,6 +152,14 @@ def tiny_node(namespace: str, cameras: list[str], **params) -> list[str]:
 def run_replay(domain: int, bag, *args: str) -> subprocess.CompletedProcess:
     cmd = python_module("streamcache_ros.node.replay", str(bag), *args)
     return subprocess.run(cmd, cwd=ROOT, env=child_env(domain), capture_output=True, text=True, timeout=HANG_GUARD_S)
+
+
+def replay_lock_step(domain: int, bag, namespace: str, *args: str) -> subprocess.CompletedProcess:
+    """streamcache-replay into the node in ``namespace``, each frame waited for (--lock-step); the
+    test fails unless the replay exits 0."""
+    done = run_replay(domain, bag, "--lock-step", "--namespace", namespace, *args)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done
 
 
 class Probe(OwnParticipant):
@@ -217,11 +226,16 @@ def wait_gone(pids) -> list[int]:
     return [pid for pid in pids if alive(pid)]
 
 
-def stop_and_check_all_gone(proc: Proc) -> None:
-    """SIGINT to a launch (as Ctrl-C in its terminal): it exits 0 and every process under it ends."""
+def stop_and_check_all_gone(proc: Proc, to_group: bool = False) -> None:
+    """SIGINT as Ctrl-C in its terminal: to ``proc`` (a launch passes it on to what it started) or,
+    ``to_group``, to its whole process group (`ros2 run` passes nothing on: the terminal's SIGINT
+    reaches its child directly). It exits 0 and every process under it ends."""
     tree = descendants(proc.popen.pid)
-    assert tree, "the launch started no process"
-    proc.popen.send_signal(signal.SIGINT)
+    assert tree, f"{proc.cmd[:3]} started no process\n{proc.output()}"
+    if to_group:
+        os.killpg(proc.popen.pid, signal.SIGINT)
+    else:
+        proc.popen.send_signal(signal.SIGINT)
     assert proc.wait() == 0, proc.output()
     assert not wait_gone(tree), proc.output()
 

@@ -16,7 +16,7 @@ import time
 import py_trees  # in requirements.txt: when missing, the set-up is broken (a failure, not a skip)
 import pytest
 
-from node_procs import HANG_GUARD_S, ROOT, Proc, child_env, client_of, new_domain, run_replay, tiny_node
+from node_procs import HANG_GUARD_S, ROOT, Proc, child_env, client_of, new_domain, replay_lock_step, tiny_node
 
 from py_trees.common import Status  # noqa: E402
 from streamcache_ros_interfaces.action import Ask as AskAction  # noqa: E402
@@ -100,8 +100,7 @@ def streamed_and_answer(out: str) -> tuple[str, str]:
 def frames(client, domain, bag):
     """A memory with the bag in it (what the tests after the waiting ones start from)."""
     assert client.reset().success
-    done = run_replay(domain, bag, "--lock-step", "--fast", "--namespace", NS)
-    assert done.returncode == 0, done.stdout + done.stderr
+    replay_lock_step(domain, bag, NS, "--fast")
     return client.memory_status().frames_in_memory
 
 
@@ -131,8 +130,7 @@ def test_waits_for_frames_then_answers(client, domain, bag):
     wait_for_line(proc, "[wait] no frames in memory yet: waiting")
     assert proc.alive()  # still RUNNING in the wait leaf: it has not asked (the memory is empty)
     assert "[ask]" not in output(proc)
-    done = run_replay(domain, bag, "--lock-step", "--fast", "--namespace", NS)
-    assert done.returncode == 0, done.stdout + done.stderr
+    replay_lock_step(domain, bag, NS, "--fast")
     code, out = finish(proc)
     assert code == 0, out
     lines = [out.index(s) for s in ("[wait] no frames in memory yet", "[wait] memory holds", f"[ask] {QUESTION}",

@@ -21,7 +21,7 @@ from std_msgs.msg import Header
 from streamcache_ros_interfaces.msg import MemoryStatus
 
 from node_procs import (HANG_GUARD_S, ROOT, Probe, Proc, child_env, client_of, new_domain, python_module,
-                        run_replay, stamp_ns, tiny_node)
+                        replay_lock_step, stamp_ns, tiny_node)
 from streamcache_ros import bagfile, clip
 
 NS = "/sc_it"
@@ -82,9 +82,7 @@ def probe(domain, client):
 
 
 def replay(domain, bag, *args):
-    done = run_replay(domain, bag, "--lock-step", "--namespace", NS, *args)
-    assert done.returncode == 0, done.stdout + done.stderr
-    return done
+    return replay_lock_step(domain, bag, NS, *args)
 
 
 def test_refusals_before_any_frame(client):

@@ -3,11 +3,10 @@
 ended by SIGINT with every process gone."""
 import importlib.util
 import pathlib
-import time
 
 import pytest
 
-from node_procs import HANG_GUARD_S, ROOT, needs_install, new_domain, run_launch, stop_and_check_all_gone
+from node_procs import HANG_GUARD_S, ROOT, client_of, needs_install, new_domain, run_launch, stop_and_check_all_gone
 from streamcache_ros import bagfile
 
 launch = pytest.importorskip("launch", reason="cannot run here: the launch package is not installed")
@@ -74,37 +73,25 @@ def test_aggregator_is_added_on_request():
 
 @needs_install
 def test_ros2_launch_live_then_sigint():
-    from streamcache_ros.node.client import StreamCacheClient
-
     domain = new_domain()
-    proc = run_launch(domain, "live.launch.py", "namespace:=sc_launch", "policy:=fifo", "budget_tokens:=96",
-                      "camera_topics:=['/launch_test/image']")
-    try:
-        with StreamCacheClient("/sc_launch", timeout=HANG_GUARD_S, domain_id=domain) as client:
+    with run_launch(domain, "live.launch.py", "namespace:=sc_launch", "policy:=fifo", "budget_tokens:=96",
+                    "camera_topics:=['/launch_test/image']") as proc:
+        with client_of(proc, domain, "/sc_launch") as client:
             status = client.memory_status()
             assert (status.policy, status.budget_tokens) == ("fifo", 96)
             refused = client.ask("anything?", camera="/camera/image_raw")
             assert "camera_topics: /launch_test/image" in refused.error_message
         stop_and_check_all_gone(proc)
-    finally:
-        proc.kill_group()
 
 
 @needs_install
 def test_ros2_launch_replay_then_sigint(tmp_path):
-    from streamcache_ros.node.client import StreamCacheClient
-
     domain = new_domain()
     bag = bagfile.make_bag(tmp_path / "bag", frames=40, fps=2.0)
-    proc = run_launch(domain, "replay.launch.py", f"bag:={bag}", "rate:=0", "lock_step:=true", "policy:=fifo")
-    try:
-        with StreamCacheClient("/streamcache", timeout=HANG_GUARD_S, domain_id=domain) as client:
-            deadline = time.monotonic() + HANG_GUARD_S
-            while client.memory_status().frames_received < 40 and time.monotonic() < deadline:
-                pass
+    with run_launch(domain, "replay.launch.py", f"bag:={bag}", "rate:=0", "lock_step:=true", "policy:=fifo") as proc:
+        with client_of(proc, domain, "/streamcache") as client:
+            client.watch_memory_status().wait_for(lambda status: status.frames_received >= 40, HANG_GUARD_S)
             answer = client.ask("What did you see?")
             # 40 frames at 2 fps sampled at 1 fps: 20 frames, nothing evicted under the default budget
             assert answer.success and answer.frames_in_memory == 20, answer.error_message
         stop_and_check_all_gone(proc)
-    finally:
-        proc.kill_group()

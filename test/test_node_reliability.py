@@ -23,7 +23,7 @@ from sensor_msgs.msg import CompressedImage, Image
 from std_msgs.msg import Header
 from streamcache_ros_interfaces.srv import Ask
 
-from node_procs import (HANG_GUARD_S, Probe, Proc, child_env, client_of, new_domain, run_replay,
+from node_procs import (HANG_GUARD_S, Probe, Proc, child_env, client_of, new_domain, replay_lock_step,
                         stamp_ns, tiny_node)
 from raw_ros import request_with_raw_first_string
 from streamcache_ros import bagfile, clip
@@ -101,9 +101,7 @@ def probe(domain, client):
 
 
 def replay(domain, bag, *args):
-    done = run_replay(domain, bag, "--lock-step", "--fast", "--namespace", NS, *args)
-    assert done.returncode == 0, done.stdout + done.stderr
-    return done
+    return replay_lock_step(domain, bag, NS, "--fast", *args)
 
 
 def saved(client, path):

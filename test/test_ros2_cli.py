@@ -5,16 +5,14 @@ streamcache_node`; SIGINT ending each with nothing left behind.
 
 One launch serves the whole module (the node's start dominates the time). The tests that use it run
 in file order, the one that stops it last."""
-import os
 import re
-import signal
 import subprocess
 
 import pytest
 import yaml
 
-from node_procs import (HANG_GUARD_S, ROOT, Proc, descendants, needs_install, new_domain, ros2_env,
-                        run_launch, run_replay, stop_and_check_all_gone, stop_ros2_daemon, wait_gone)
+from node_procs import (HANG_GUARD_S, ROOT, Proc, client_of, needs_install, new_domain, ros2_env, run_launch,
+                        run_replay, stop_and_check_all_gone, stop_ros2_daemon)
 from streamcache_ros import bagfile
 
 pytestmark = needs_install
@@ -114,20 +112,10 @@ def test_sigint_ends_the_launch(launched):
 
 
 def test_ros2_run_then_sigint():
-    from streamcache_ros.node.client import StreamCacheClient
-
     domain = new_domain()
-    proc = Proc(["ros2", "run", "streamcache_ros", "streamcache_node", "--ros-args", "-r", "__ns:=/sc_cli_run",
-                 "-p", "policy:=fifo", "-p", "budget_tokens:=72"], ros2_env(domain))
-    try:
-        with StreamCacheClient("/sc_cli_run", timeout=HANG_GUARD_S, domain_id=domain) as client:
+    with Proc(["ros2", "run", "streamcache_ros", "streamcache_node", "--ros-args", "-r", "__ns:=/sc_cli_run",
+               "-p", "policy:=fifo", "-p", "budget_tokens:=72"], ros2_env(domain)) as proc:
+        with client_of(proc, domain, "/sc_cli_run") as client:
             status = client.memory_status(timeout=HANG_GUARD_S)
             assert (status.policy, status.budget_tokens) == ("fifo", 72)
-        tree = descendants(proc.popen.pid)
-        assert tree, proc.output()
-        # to the group, as Ctrl-C in a terminal: ros2 run passes no signal on, it waits for its child
-        os.killpg(proc.popen.pid, signal.SIGINT)
-        assert proc.wait() == 0, proc.output()
-        assert not wait_gone(tree), proc.output()
-    finally:
-        proc.kill_group()
+        stop_and_check_all_gone(proc, to_group=True)
