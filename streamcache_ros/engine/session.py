@@ -22,9 +22,9 @@ import numpy as np
 import torch
 
 from .adapters import ModelAdapter, match_option
-from .adapters.base import OPTION_LETTERS
 from .cache import PREFIX_UNIT, CachePolicy, CacheStats, ChunkContext, NewTokens
 from .errors import AnswerError, ChunkError, FrameError, QuestionError, SnapshotError
+from .layout import OPTION_LETTERS, ChunkQueue
 from .turns import TurnLock
 
 SNAPSHOT_FORMAT = 1
@@ -163,7 +163,7 @@ class Session:
 
     # -- state ----------------------------------------------------------------------------------
     def _clear(self) -> None:
-        self._pending: dict[str, list[tuple[np.ndarray, float]]] = {}
+        self._pending: ChunkQueue[tuple[np.ndarray, float]] = ChunkQueue(self.config.chunk_frames)
         self.units: dict[int, UnitInfo] = {}
         self.history: list[Exchange] = []
         self.cameras: list[str] = []
@@ -195,13 +195,11 @@ class Session:
         """
         frame = _validate_frame(frame)
         with self._pending_lock:
-            queue = self._pending.setdefault(camera, [])
-            queue.append((frame, float(stamp)))
+            batch = self._pending.push(camera, (frame, float(stamp)))
             if camera not in self.cameras:
                 self.cameras.append(camera)
-            if len(queue) < self.config.chunk_frames:
+            if batch is None:
                 return None
-            batch = self._pending.pop(camera)
         questions_before = self._cache_lock.questions_done
         with self._cache_lock:
             waited = self._cache_lock.questions_done - questions_before
@@ -213,16 +211,14 @@ class Session:
         reports = []
         with self._cache_lock:
             with self._pending_lock:
-                batches = list(self._pending.items())
-                self._pending.clear()
+                batches = self._pending.flush()
             for camera, batch in batches:
-                if batch:
-                    reports.append(self._encode_chunk(camera, batch))
+                reports.append(self._encode_chunk(camera, batch))
         return reports
 
     def pending_frames(self) -> int:
         with self._pending_lock:
-            return sum(len(q) for q in self._pending.values())
+            return len(self._pending)
 
     def _encode_chunk(self, camera: str, batch: list[tuple[np.ndarray, float]]) -> ChunkReport:
         """Encode, prefill and compress one chunk. A fault while encoding or prefilling drops the
@@ -358,6 +354,7 @@ class Session:
                       ttft_ms=ttft, total_ms=(time.perf_counter() - started) * 1e3, frames_in_memory=frames,
                       oldest_stamp=oldest, newest_stamp=newest, kv_tokens=kv_tokens, cancelled=cancelled)
 
+    @torch.inference_mode()
     def _generate(self, ids, budget, key_filter, on_text, should_stop, started):
         adapter, policy = self.adapter, self.policy
         hook = self.question_layer_hook

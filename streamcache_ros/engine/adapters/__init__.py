@@ -2,11 +2,13 @@
 from __future__ import annotations
 
 import importlib
+import json
 import os
 
 import torch
 
 from ..errors import ConfigError, ModelLoadError
+from ..layout import OPTIONS_PROMPTS
 from ..models import resolve_model_path
 from .base import ModelAdapter, VisionEncoder, VisionInputs, match_option
 from .llava_onevision import LlavaOnevisionAdapter
@@ -94,10 +96,31 @@ def load_adapter(model_path: str, device: str = "auto", dtype: str = "auto", att
         raise ModelLoadError(f"model_path '{model_path}': {str(err).splitlines()[0]}") from None
     model.to(torch_device).eval()
     model_id = _model_id(model_path, resolved)
-    adapter = adapter_cls(model, tokenizer, image_processor, model_id, attention=attention, sample_fps=sample_fps)
+    adapter = adapter_cls(model, tokenizer, image_processor, model_id, attention=attention, sample_fps=sample_fps,
+                          options_prompt=read_model_settings(resolved).get("options_prompt", "letter"))
     if vision_backend == "onnxruntime":
         adapter.vision_encoder = OnnxVisionEncoder(vision_onnx_path, adapter, providers=vision_onnx_providers)
     return adapter
+
+
+MODEL_SETTINGS_FILE = "streamcache.json"
+
+
+def read_model_settings(path: str) -> dict:
+    """Settings a model's folder carries for this package (``streamcache.json``), e.g. the bundled
+    world models' ``options_prompt: words``; empty for a hub id or real weights without the file."""
+    file = os.path.join(path, MODEL_SETTINGS_FILE)
+    if not os.path.isfile(file):
+        return {}
+    try:
+        with open(file, encoding="utf-8") as f:
+            settings = json.load(f)
+    except (OSError, ValueError) as err:
+        raise ModelLoadError(f"{file} is not valid JSON: {err}") from None
+    style = settings.get("options_prompt", "letter")
+    if style not in OPTIONS_PROMPTS:
+        raise ModelLoadError(f"{file}: options_prompt must be one of {', '.join(OPTIONS_PROMPTS)}, got '{style}'")
+    return settings
 
 
 def load_image_processor(path: str, model_type: str, **overrides):

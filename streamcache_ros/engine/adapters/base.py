@@ -16,15 +16,16 @@ from typing import Callable
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 from ..cache import TEXT_UNIT, CacheGeometry, CachePolicy, NewTokens
 from ..cache.attention import resolve_backend
-from ..cache.rope import RotarySpec
+from ..cache.rope import RotarySpec, apply_rotary
+from ..layout import OPTION_LETTERS, question_prompt, text_positions
 
-# hermes_spec §11: the question prompt (no "\n" after <|im_end|>, query tokenised raw)
-QUESTION_TEMPLATE = "\n{query}<|im_end|><|im_start|>assistant\n"
-MC_SUFFIX = "Best option: ("
-OPTION_LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+# Attention of one decoder layer: (layer index, q [B,Hq,Q,D], k [B,Hkv,Q,D], v) -> [B,Hq,Q,D], q and k
+# not yet rotated
+Attend = Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 
 
 @dataclass
@@ -62,26 +63,34 @@ def _without_keys(value, ignore: set[str]):
     return value
 
 
-def build_mc_query(question: str, options: list[str]) -> str:
-    """hermes_spec §11 (video_qa/base.py): the multiple-choice query layout."""
-    lines = [f"Question: {question}", "Options:"]
-    lines += [f"({OPTION_LETTERS[i]}) {opt}" for i, opt in enumerate(options)]
-    lines.append("Only give the best option.")
-    return "\n".join(lines)
-
-
 def match_option(answer: str, options: list[str]) -> int:
-    """The option an answer names: a leading letter ('B', '(B)', 'B) ...'), else the one option
-    whose text the answer contains; -1 when none or several match."""
+    """The option an answer names, or -1 when none or several do. In order: the answer is an
+    option's text (case and surrounding punctuation aside); a leading letter ('B', '(B)', 'B) ...');
+    one option's words appear as whole words in the answer. A part of a word never matches: "no"
+    is not in "not" or "know"."""
     if not options:
         return -1
+    texts = [_words(opt) for opt in options]
+    said = _words(answer)
+    exact = [i for i, words in enumerate(texts) if words and words == said]
+    if len(exact) == 1:
+        return exact[0]
     letter = re.match(r"^\s*\(?([A-Z])(?:\)|\.|:|\s|$)", answer)
     if letter:
         index = OPTION_LETTERS.index(letter.group(1))
         return index if index < len(options) else -1
-    lowered = answer.lower()
-    hits = [i for i, opt in enumerate(options) if opt.strip() and opt.strip().lower() in lowered]
+    hits = [i for i, words in enumerate(texts) if words and _contains(said, words)]
+    if len(hits) > 1:  # "dark red" names "dark red", not also "red"
+        hits = [i for i in hits if not any(j != i and _contains(texts[j], texts[i]) for j in hits)]
     return hits[0] if len(hits) == 1 else -1
+
+
+def _words(text: str) -> tuple[str, ...]:
+    return tuple(re.findall(r"\w+", text.lower()))
+
+
+def _contains(words: tuple[str, ...], part: tuple[str, ...]) -> bool:
+    return any(words[i:i + len(part)] == part for i in range(len(words) - len(part) + 1))
 
 
 def project_qk(attn: torch.nn.Module, normed: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -144,8 +153,10 @@ class ModelAdapter(abc.ABC):
     system_prompt: str = ""
     frames_per_unit: int = 1
 
-    def __init__(self, model, tokenizer, image_processor, model_id: str, attention: str = "auto"):
+    def __init__(self, model, tokenizer, image_processor, model_id: str, attention: str = "auto",
+                 options_prompt: str = "letter"):
         self.model = model
+        self.options_prompt = options_prompt  # "letter" or "words": see layout.options_query
         self.tokenizer = tokenizer
         self.image_processor = image_processor
         self.model_id = model_id
@@ -206,12 +217,12 @@ class ModelAdapter(abc.ABC):
         return list(self._prefix_ids)
 
     def question_ids(self, question: str, options: list[str]) -> list[int]:
-        query = build_mc_query(question, options) if options else question
-        prompt = QUESTION_TEMPLATE.format(query=query) + (MC_SUFFIX if options else "")
+        prompt = question_prompt(question, options, self.options_prompt)
         return self.tokenizer(prompt, add_special_tokens=False).input_ids
 
-    def count_tokens(self, text: str) -> int:
-        return len(self.tokenizer(text, add_special_tokens=False).input_ids)
+    def answer_ids(self, answer: str) -> list[int]:
+        """A trained answer: its words, then the end-of-turn token that stops decoding."""
+        return self.tokenizer(answer, add_special_tokens=False).input_ids + [self.tokenizer.eos_token_id]
 
     def decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=True)
@@ -219,11 +230,13 @@ class ModelAdapter(abc.ABC):
     def embed_text(self, ids: list[int]) -> torch.Tensor:
         return self.text_model.embed_tokens(torch.tensor([ids], device=self.device))
 
+    @property
+    def position_axes(self) -> int:
+        return 3 if self.family == "qwen2_5_vl" else 1
+
     def text_tokens(self, count: int, unit: int = TEXT_UNIT) -> NewTokens:
-        axes = 3 if self.family == "qwen2_5_vl" else 1
-        rel = torch.arange(count, dtype=torch.float32).expand(axes, count).clone()
-        return NewTokens(rel.to(self.device), torch.full((count,), unit, dtype=torch.long),
-                         torch.full((count,), -1, dtype=torch.long))
+        return NewTokens(text_positions(count, self.position_axes, device=self.device),
+                         torch.full((count,), unit, dtype=torch.long), torch.full((count,), -1, dtype=torch.long))
 
     # -- vision -----------------------------------------------------------------------------------
     def encode(self, inputs: VisionInputs) -> torch.Tensor:
@@ -234,15 +247,15 @@ class ModelAdapter(abc.ABC):
             raise RuntimeError(f"vision encoder gave {embeds.shape[0]} tokens, expected {expected}")
         return embeds.to(device=self.device, dtype=self.dtype)
 
-    # -- language model ---------------------------------------------------------------------------
-    @torch.inference_mode()
-    def forward(self, embeds: torch.Tensor, new: NewTokens, policy: CachePolicy,
-                key_filter: torch.Tensor | None = None, layer_hook: Callable | None = None) -> torch.Tensor:
-        """Run the decoder layers over ``embeds`` [1, Q, hidden], attending through ``policy``.
+    @abc.abstractmethod
+    def vision_features(self, tensors: dict[str, torch.Tensor]) -> torch.Tensor:
+        """The torch vision tower on one chunk's tensors -> [N, hidden]; gradients flow (training).
+        The session's torch encoder calls it under inference mode."""
 
-        Returns the final-norm hidden states [1, Q, hidden]. ``layer_hook(layer_index)`` is called
-        before each layer (fault-injection tests use it).
-        """
+    # -- language model ---------------------------------------------------------------------------
+    def decoder(self, embeds: torch.Tensor, attend: Attend, layer_hook: Callable | None = None) -> torch.Tensor:
+        """The decoder layers over ``embeds`` [B, Q, hidden] with each layer's attention given by
+        ``attend``; returns the final-norm hidden states. Gradients flow (training uses it)."""
         hidden = embeds if embeds.dim() == 3 else embeds[None]
         bsz, q_len, _ = hidden.shape
         for index, layer in enumerate(self.text_model.layers):
@@ -253,11 +266,36 @@ class ModelAdapter(abc.ABC):
             normed = layer.input_layernorm(hidden)
             q, k = project_qk(attn, normed)
             v = attn.v_proj(normed).view(bsz, q_len, -1, attn.head_dim).transpose(1, 2)
-            out = policy.attend(index, q, k, v, new, key_filter)
+            out = attend(index, q, k, v)
             hidden = residual + attn.o_proj(out.transpose(1, 2).reshape(bsz, q_len, -1))
             hidden = hidden + layer.mlp(layer.post_attention_layernorm(hidden))
         return self.text_model.norm(hidden)
 
     @torch.inference_mode()
+    def forward(self, embeds: torch.Tensor, new: NewTokens, policy: CachePolicy,
+                key_filter: torch.Tensor | None = None, layer_hook: Callable | None = None) -> torch.Tensor:
+        """Run the decoder layers over ``embeds`` [1, Q, hidden], attending through ``policy``.
+
+        Returns the final-norm hidden states [1, Q, hidden]. ``layer_hook(layer_index)`` is called
+        before each layer (fault-injection tests use it).
+        """
+        return self.decoder(embeds, lambda i, q, k, v: policy.attend(i, q, k, v, new, key_filter), layer_hook)
+
+    def forward_laid_out(self, embeds: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """The decoder over a whole laid-out sequence (layout.lay_out_stream): every token rotated at
+        its position, attention restricted by ``mask`` [T, T]. The same arithmetic as the cached
+        path, without a cache; gradients flow."""
+        rotary = self.rotary_spec()
+        cos, sin = rotary.cos_sin(positions.to(self.device), embeds.dtype)
+        mask = mask.to(self.device)
+
+        def attend(_, q, k, v):
+            return F.scaled_dot_product_attention(apply_rotary(q, cos, sin), apply_rotary(k, cos, sin), v,
+                                                  attn_mask=mask, enable_gqa=q.shape[1] != k.shape[1])
+
+        return self.decoder(embeds, attend)
+
+    @torch.inference_mode()
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Next-token logits while answering (training calls ``lm_head`` itself, with gradients)."""
         return self.lm_head(hidden).float()

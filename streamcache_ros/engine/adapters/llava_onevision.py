@@ -13,30 +13,35 @@ import numpy as np
 import torch
 from PIL import Image
 
+from ..layout import sequential_positions
 from .base import ModelAdapter, VisionEncoder, VisionInputs
+
+
+def video_features(model, tensors: dict[str, torch.Tensor]) -> torch.Tensor:
+    config = model.config
+    pixels = tensors["pixel_values_videos"]
+    # pixels positional: the keyword is pixel_values in transformers 5.17, pixel_values_videos in 5.24
+    out = model.model.get_video_features(
+        pixels.to(model.device, model.dtype),
+        vision_feature_layer=config.vision_feature_layer,
+        vision_feature_select_strategy=config.vision_feature_select_strategy,
+    )
+    feats = getattr(out, "pooler_output", out)
+    feats = feats.reshape(-1, feats.shape[-1])
+    # transformers appends one image_newline per video; the reference caches none (docs/hermes.md, D9)
+    frames, side = pixels.shape[1], config.vision_config.image_size // config.vision_config.patch_size
+    if feats.shape[0] == frames * math.ceil(side / 2) ** 2 + 1:
+        feats = feats[:-1]
+    return feats
 
 
 class LlavaTorchVisionEncoder(VisionEncoder):
     def __init__(self, model):
         self.model = model
-        self.config = model.config
 
     @torch.inference_mode()
     def __call__(self, tensors):
-        pixels = tensors["pixel_values_videos"]
-        # pixels positional: the keyword is pixel_values in transformers 5.17, pixel_values_videos in 5.24
-        out = self.model.model.get_video_features(
-            pixels.to(self.model.device, self.model.dtype),
-            vision_feature_layer=self.config.vision_feature_layer,
-            vision_feature_select_strategy=self.config.vision_feature_select_strategy,
-        )
-        feats = getattr(out, "pooler_output", out)
-        feats = feats.reshape(-1, feats.shape[-1])
-        # transformers appends one image_newline per video; the reference caches none (D9)
-        frames, side = pixels.shape[1], self.config.vision_config.image_size // self.config.vision_config.patch_size
-        if feats.shape[0] == frames * math.ceil(side / 2) ** 2 + 1:
-            feats = feats[:-1]
-        return feats
+        return video_features(self.model, tensors)
 
 
 class LlavaOnevisionAdapter(ModelAdapter):
@@ -45,8 +50,9 @@ class LlavaOnevisionAdapter(ModelAdapter):
     system_prompt = "<|im_start|>system \nYou are a helpful assistant.<|im_end|><|im_start|>user "
     frames_per_unit = 1
 
-    def __init__(self, model, tokenizer, image_processor, model_id, attention="auto", sample_fps=1.0):
-        super().__init__(model, tokenizer, image_processor, model_id, attention)
+    def __init__(self, model, tokenizer, image_processor, model_id, attention="auto", sample_fps=1.0,
+                 options_prompt="letter"):
+        super().__init__(model, tokenizer, image_processor, model_id, attention, options_prompt)
         vision = model.config.vision_config
         self.image_size = int(vision.image_size)
         side = self.image_size // int(vision.patch_size)
@@ -62,6 +68,9 @@ class LlavaOnevisionAdapter(ModelAdapter):
 
     def _torch_vision_encoder(self):
         return LlavaTorchVisionEncoder(self.model)
+
+    def vision_features(self, tensors):
+        return video_features(self.model, tensors)
 
     def normalise(self, frame: np.ndarray) -> np.ndarray:
         """[H, W, 3] uint8 -> [3, S, S] float32, the vision tower's input."""
@@ -81,5 +90,4 @@ class LlavaOnevisionAdapter(ModelAdapter):
                             unit_frames=[(i,) for i in range(len(frames))], grid=(len(frames), side, side))
 
     def chunk_rel_positions(self, inputs):
-        count = inputs.num_units * inputs.tokens_per_unit
-        return torch.arange(count, dtype=torch.float32, device=self.device)[None, :]
+        return sequential_positions(inputs.num_units * inputs.tokens_per_unit, self.device)

@@ -7,13 +7,18 @@ unit are interleaved on the temporal axis of every patch, as the video processor
 """
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import torch
 from PIL import Image
 
+from ..layout import mrope_chunk_positions, padded_members, unit_members
 from .base import ModelAdapter, VisionEncoder, VisionInputs
+
+
+def video_features(visual, tensors: dict[str, torch.Tensor]) -> torch.Tensor:
+    pixels = tensors["pixel_values_videos"].to(visual.device, visual.dtype)
+    out = visual(pixels, grid_thw=tensors["video_grid_thw"].to(visual.device))
+    return getattr(out, "pooler_output", out)
 
 
 class QwenTorchVisionEncoder(VisionEncoder):
@@ -22,9 +27,7 @@ class QwenTorchVisionEncoder(VisionEncoder):
 
     @torch.inference_mode()
     def __call__(self, tensors):
-        pixels = tensors["pixel_values_videos"].to(self.visual.device, self.visual.dtype)
-        out = self.visual(pixels, grid_thw=tensors["video_grid_thw"].to(self.visual.device))
-        return getattr(out, "pooler_output", out)
+        return video_features(self.visual, tensors)
 
 
 class Qwen25VLAdapter(ModelAdapter):
@@ -32,8 +35,9 @@ class Qwen25VLAdapter(ModelAdapter):
     # hermes_spec §1: the Qwen system prompt (the prefix, kept forever)
     system_prompt = "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\n"
 
-    def __init__(self, model, tokenizer, image_processor, model_id, attention="auto", sample_fps=1.0):
-        super().__init__(model, tokenizer, image_processor, model_id, attention)
+    def __init__(self, model, tokenizer, image_processor, model_id, attention="auto", sample_fps=1.0,
+                 options_prompt="letter"):
+        super().__init__(model, tokenizer, image_processor, model_id, attention, options_prompt)
         vision = model.config.vision_config
         self.patch_size = int(vision.patch_size)
         self.merge_size = int(vision.spatial_merge_size)
@@ -47,6 +51,9 @@ class Qwen25VLAdapter(ModelAdapter):
 
     def _torch_vision_encoder(self):
         return QwenTorchVisionEncoder(self.model)
+
+    def vision_features(self, tensors):
+        return video_features(self.model.model.visual, tensors)
 
     def _frame_patches(self, frame: np.ndarray) -> tuple[torch.Tensor, int, int]:
         """[gh·gw, C, P, P] normalised patches of one frame, in the processor's patch order."""
@@ -64,13 +71,9 @@ class Qwen25VLAdapter(ModelAdapter):
                   else np.asarray(Image.fromarray(f).resize((width, height), Image.BICUBIC)) for f in frames]
         per_frame = [self._frame_patches(f) for f in frames]
         _, gh, gw = per_frame[0]
-        units, unit_frames = [], []
-        for start in range(0, len(frames), self.frames_per_unit):
-            members = list(range(start, min(start + self.frames_per_unit, len(frames))))
-            # an odd last frame fills its temporal patch by repetition, as the image path does
-            padded = members + [members[-1]] * (self.frames_per_unit - len(members))
-            units.append(torch.stack([per_frame[i][0] for i in padded], dim=2))  # [gh·gw, C, T, P, P]
-            unit_frames.append(tuple(members))
+        unit_frames = unit_members(len(frames), self.frames_per_unit)
+        units = [torch.stack([per_frame[i][0] for i in padded_members(members, self.frames_per_unit)], dim=2)
+                 for members in unit_frames]  # each [gh·gw, C, T, P, P]
         pixels = torch.cat(units).reshape(len(units) * gh * gw, -1)
         grid = torch.tensor([[len(units), gh, gw]], dtype=torch.long)
         rows, cols = gh // self.merge_size, gw // self.merge_size
@@ -78,9 +81,4 @@ class Qwen25VLAdapter(ModelAdapter):
                             tokens_per_unit=rows * cols, unit_frames=unit_frames, grid=(len(units), rows, cols))
 
     def chunk_rel_positions(self, inputs):
-        units, rows, cols = inputs.grid
-        t = torch.tensor([math.floor(k * self.t_stride) for k in range(units)], dtype=torch.float32)
-        t = t.view(units, 1, 1).expand(units, rows, cols)
-        h = torch.arange(rows, dtype=torch.float32).view(1, rows, 1).expand(units, rows, cols)
-        w = torch.arange(cols, dtype=torch.float32).view(1, 1, cols).expand(units, rows, cols)
-        return torch.stack([t.reshape(-1), h.reshape(-1), w.reshape(-1)]).to(self.device)
+        return mrope_chunk_positions(*inputs.grid, self.t_stride, self.device)

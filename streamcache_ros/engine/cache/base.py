@@ -14,6 +14,7 @@ from typing import Any, ClassVar
 
 import torch
 
+from ..layout import next_offset
 from .attention import cached_attention
 from .rope import RotarySpec, apply_rotary, compact_positions_1d, compact_positions_shift, rotate_by_delta
 
@@ -195,8 +196,8 @@ class LayerStore:
         return tensor_bytes(self.keys, self.values)
 
     def next_offset(self) -> float:
-        """Where the next token goes: max position + 1 over all axes (hermes_spec §3)."""
-        return float(self.positions.max().item()) + 1.0 if self.positions.numel() else 0.0
+        """Where the next token goes: max position + 1 over all axes (docs/hermes.md, §3)."""
+        return next_offset(self.positions)
 
     def append(self, k, v, positions, units, chunks) -> None:
         self.keys = torch.cat((self.keys, k), dim=2)

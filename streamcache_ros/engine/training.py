@@ -1,0 +1,93 @@
+"""A stream and its questions as one training example, laid out exactly as the Session asks them.
+
+``lay_out_example`` turns frames, the points where questions are asked and the question texts into
+input embeddings, positions, a mask and answer targets, with the functions of ``layout.py`` and the
+adapter's own preprocessing and vision tower (gradients flow through both). The Session builds the
+same token layout one chunk at a time (test/test_layout_golden.py checks that they agree).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from .adapters import ModelAdapter
+from .layout import StreamLayout, lay_out_stream, stream_chunks
+
+
+@dataclass
+class AskedQuestion:
+    after_frames: int  # the question is asked once this many frames are in
+    text: str
+    options: list[str]
+    answer: str  # the target: the answer's words (followed by the end-of-turn token)
+
+
+@dataclass
+class LaidOutExample:
+    embeds: torch.Tensor  # [1, T, hidden]
+    layout: StreamLayout
+    target_rows: torch.Tensor  # [A] rows whose next-token prediction is supervised
+    targets: torch.Tensor  # [A] the tokens they must predict
+    question_spans: list[tuple[int, int]]  # per question: (first target index, count) in targets
+    chunks: list[range]
+
+
+def question_tokens(adapter: ModelAdapter, question: AskedQuestion) -> tuple[list[int], list[int]]:
+    """(input ids, answer ids): the question prompt then the answer's tokens as decoding would feed
+    them back; the answer ids end with the end-of-turn token, which is predicted, never fed."""
+    prompt = adapter.question_ids(question.text, question.options)
+    answer = adapter.answer_ids(question.answer)
+    return prompt + answer[:-1], answer
+
+
+def lay_out_example(adapter: ModelAdapter, frames: list[np.ndarray], questions: list[AskedQuestion],
+                    chunk_frames: int, vision_cache: dict | None = None) -> LaidOutExample:
+    """One camera's ``frames`` (RGB uint8) with ``questions`` asked along the way."""
+    points = [q.after_frames for q in questions]
+    if any(not 1 <= p <= len(frames) for p in points):
+        raise ValueError(f"questions after {points} frames; the stream has {len(frames)}")
+    chunks = stream_chunks(len(frames), points, chunk_frames)
+    prefix_ids = adapter.prefix_ids
+    parts = [adapter.embed_text(prefix_ids)[0]]
+    chunk_positions = []
+    for chunk in chunks:
+        inputs = adapter.preprocess([frames[i] for i in chunk])
+        parts.append(adapter.vision_features(inputs.tensors).to(adapter.dtype))
+        chunk_positions.append(adapter.chunk_rel_positions(inputs).cpu())
+    ends = np.cumsum([len(c) for c in chunks])
+    asked, answers = [], []
+    for q in questions:
+        ids, answer = question_tokens(adapter, q)
+        # the chunks encoded when the question arrives: all that end at or before its frame count
+        chunks_before = int(np.searchsorted(ends, q.after_frames, side="right"))
+        asked.append((chunks_before, len(ids)))
+        answers.append((ids, answer))
+        parts.append(adapter.embed_text(ids)[0])
+    layout = lay_out_stream(len(prefix_ids), chunk_positions, asked, adapter.position_axes)
+    rows, targets, spans = [], [], []
+    for seg, (ids, answer) in zip(layout.questions(), answers):
+        first = seg.start + len(ids) - len(answer)  # the prompt's last token predicts the answer's first
+        spans.append((len(targets), len(answer)))
+        rows += range(first, first + len(answer))
+        targets += answer
+    return LaidOutExample(torch.cat(parts)[None], layout, torch.tensor(rows), torch.tensor(targets), spans, chunks)
+
+
+def example_logits(adapter: ModelAdapter, example: LaidOutExample) -> torch.Tensor:
+    """[A, vocab] logits at the supervised rows."""
+    hidden = adapter.forward_laid_out(example.embeds, example.layout.positions, example.layout.mask)
+    return adapter.lm_head(hidden[0, example.target_rows.to(hidden.device)]).float()
+
+
+def example_loss(adapter: ModelAdapter, example: LaidOutExample) -> tuple[torch.Tensor, list[bool]]:
+    """Mean cross-entropy over the answer tokens, and per question whether greedy decoding would
+    give its answer exactly (every token the argmax)."""
+    logits = example_logits(adapter, example)
+    targets = example.targets.to(logits.device)
+    loss = F.cross_entropy(logits, targets)
+    hit = (logits.argmax(dim=-1) == targets).cpu()
+    correct = [bool(hit[start:start + count].all()) for start, count in example.question_spans]
+    return loss, correct

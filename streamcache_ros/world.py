@@ -1,0 +1,522 @@
+"""The shape world: seeded camera streams with ground truth, and the questions asked about them.
+
+The rules are those of docs/world.md: one uniform background per stream, filled circles, squares and
+upright triangles in six colours, at most two objects in view, every state at least 4 frames, and
+between states exactly one event (appear, leave, move, recolour). Questions are asked only where
+their precondition holds, with the options the page lists and the true option's index.
+
+    stream = make_stream(seed=7, num_frames=64, question_points=[32, 64])
+    rgb = stream.frame(10)                      # [H, W, 3] uint8, as the camera would publish it
+    for q in stream.questions(64):              # every kind whose precondition holds after 64 frames
+        print(q.kind, q.text, q.options, q.options[q.answer_index])
+
+No ROS and no torch here: the bag writer, the trainer and the accuracy benchmark all use it.
+"""
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass, field
+
+import numpy as np
+
+COLOURS: dict[str, tuple[int, int, int]] = {
+    "red": (220, 40, 40), "green": (40, 190, 70), "blue": (50, 100, 235),
+    "yellow": (235, 215, 40), "white": (240, 240, 240), "purple": (160, 70, 210),
+}
+COLOUR_NAMES = tuple(COLOURS)
+SHAPES = ("circle", "square", "triangle")
+ENCODINGS = ("rgb8", "bgr8", "jpeg")
+NAMED_SIZES = ((160, 120), (320, 240), (640, 480), (1280, 720))
+
+QUESTION_KINDS = ("now_color", "now_count", "first_color", "first_shape", "seen", "before_color", "moved",
+                  "last_seen")
+# last_seen is answered from the evidence stamps, not from an option (docs/world.md)
+OPTION_KINDS = QUESTION_KINDS[:-1]
+LONG_MEMORY_KINDS = ("first_color", "first_shape", "seen", "last_seen")
+QUESTION_TEXT = {
+    "now_color": "What color is the {shape} now?",
+    "now_count": "How many objects are in view now?",
+    "first_color": "What color was the first object you saw?",
+    "first_shape": "What shape was the first object you saw?",
+    "seen": "Did you see a {colour} {shape}?",
+    "before_color": "What color was the {shape} before it changed color?",
+    "moved": "Which way did the {colour} {shape} move?",
+    "last_seen": "When did you last see the {colour} {shape}?",
+}
+STABLE_FRAMES = 4  # a state lasts at least this long; the last 4 frames before a question are one state
+FRAME_PERIOD_S = 1.0
+
+
+# -- ground truth ----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ObjectView:
+    """One object in one frame. ``obj`` names the physical object (it keeps its shape; a recolour
+    changes its colour); the box is (x0, y0, side) in pixels, the box square."""
+
+    obj: int
+    shape: str
+    colour: str
+    x0: float
+    y0: float
+    side: float
+
+    @property
+    def identity(self) -> tuple[str, str]:
+        return self.shape, self.colour
+
+    @property
+    def centre_x(self) -> float:
+        return self.x0 + self.side / 2
+
+
+@dataclass(frozen=True)
+class Move:
+    obj: int
+    identity: tuple[str, str]
+    direction: str  # "left" | "right"
+    first_frame: int
+    last_frame: int
+
+
+@dataclass(frozen=True)
+class Recolour:
+    obj: int
+    shape: str
+    before: str
+    after: str
+    frame: int  # the first frame in the new colour
+
+
+@dataclass
+class Question:
+    kind: str
+    text: str
+    options: list[str]
+    answer_index: int  # the true option; -1 for last_seen (no options)
+    after_frames: int  # asked once this many frames of the stream are in
+    evidence_frames: list[int] = field(default_factory=list)  # frames that show the answer
+    answer_frame: int = -1  # last_seen: the last frame the identity was in view
+
+    @property
+    def answer(self) -> str:
+        return self.options[self.answer_index] if self.answer_index >= 0 else ""
+
+    def to_dict(self) -> dict:
+        return {"kind": self.kind, "text": self.text, "options": list(self.options),
+                "answer_index": self.answer_index, "answer": self.answer, "after_frames": self.after_frames,
+                "evidence_frames": list(self.evidence_frames), "answer_frame": self.answer_frame}
+
+
+@dataclass(frozen=True)
+class Look:
+    """How a stream looks: its size, background, noise, colour jitter and encoding."""
+
+    width: int
+    height: int
+    background: tuple[int, int, int]
+    noise: int  # per-pixel uniform noise in [-noise, noise], 0..8
+    colour_jitter: int  # each channel of an object's colour within +-colour_jitter of nominal, 0..20
+    jitter_per_frame: bool  # a new jitter every frame, or one per object
+    encoding: str  # rgb8 | bgr8 | jpeg
+    jpeg_quality: int = 90
+
+    def __post_init__(self):
+        if not (96 <= self.width <= 1280 and 96 <= self.height <= 1280):
+            raise ValueError(f"frame size {self.width}x{self.height} outside 96..1280 px")
+        if not 4 / 3 - 1e-3 <= self.width / self.height <= 16 / 9 + 1e-3:
+            raise ValueError(f"aspect ratio {self.width / self.height:.3f} outside 4:3..16:9")
+        if self.encoding not in ENCODINGS:
+            raise ValueError(f"encoding must be one of {ENCODINGS}, got '{self.encoding}'")
+
+
+def random_look(rng: np.random.Generator) -> Look:
+    """A look drawn over the whole range the world allows."""
+    if rng.random() < 0.4:
+        width, height = NAMED_SIZES[int(rng.integers(len(NAMED_SIZES)))]
+    else:
+        aspect = float(rng.uniform(4 / 3, 16 / 9))
+        height_max = min(1280, int(1280 / aspect))
+        height = int(np.exp(rng.uniform(np.log(96), np.log(height_max))))
+        width = int(np.clip(round(height * aspect), 96, 1280))
+        height = int(np.clip(height, 96, round(width / (4 / 3))))
+        height = max(height, int(np.ceil(width / (16 / 9))))
+    return Look(width=width, height=height, background=tuple(int(c) for c in rng.integers(20, 91, size=3)),
+                noise=int(rng.integers(0, 9)) if rng.random() < 0.75 else 0,
+                colour_jitter=int(rng.integers(0, 21)), jitter_per_frame=bool(rng.random() < 0.5),
+                encoding=ENCODINGS[int(rng.integers(3))], jpeg_quality=int(rng.integers(60, 96)))
+
+
+# -- the stream ------------------------------------------------------------------------------------
+class WorldStream:
+    """A finished stream: per-frame truth, its events, how it looks; frames are rendered on demand."""
+
+    def __init__(self, seed: int, look: Look, frames: list[tuple[ObjectView, ...]], moves: list[Move],
+                 recolours: list[Recolour], jitter: dict[int, np.ndarray], start_stamp: float = 0.0):
+        self.seed = seed
+        self.look = look
+        self.truth = frames
+        self.moves = moves
+        self.recolours = recolours
+        self._jitter = jitter  # object -> its fixed colour offset (when not per frame)
+        self.start_stamp = start_stamp
+
+    def __len__(self) -> int:
+        return len(self.truth)
+
+    def stamp(self, index: int) -> float:
+        return self.start_stamp + index * FRAME_PERIOD_S
+
+    # -- pixels ------------------------------------------------------------------------------------
+    def frame(self, index: int) -> np.ndarray:
+        """RGB uint8 [H, W, 3] as the node sees it after decoding (JPEG artefacts included)."""
+        rgb = self.raw_frame(index)
+        if self.look.encoding == "jpeg":
+            from PIL import Image  # noqa: PLC0415
+
+            rgb = np.asarray(Image.open(io.BytesIO(self.jpeg(index, rgb))).convert("RGB"))
+        return rgb
+
+    def raw_frame(self, index: int) -> np.ndarray:
+        look = self.look
+        rng = np.random.default_rng((self.seed, index, 1))
+        image = np.empty((look.height, look.width, 3), dtype=np.int16)
+        image[:] = look.background
+        for view in self.truth[index]:
+            offset = (rng.integers(-look.colour_jitter, look.colour_jitter + 1, size=3) if look.jitter_per_frame
+                      else self._jitter[view.obj])
+            colour = np.clip(np.asarray(COLOURS[view.colour]) + offset, 0, 255)
+            draw_shape(image, view, colour)
+        if look.noise:
+            image += rng.integers(-look.noise, look.noise + 1, size=image.shape, dtype=np.int16)
+        return np.clip(image, 0, 255).astype(np.uint8)
+
+    def jpeg(self, index: int, rgb: np.ndarray | None = None) -> bytes:
+        from PIL import Image  # noqa: PLC0415
+
+        out = io.BytesIO()
+        Image.fromarray(self.raw_frame(index) if rgb is None else rgb).save(out, format="JPEG",
+                                                                             quality=self.look.jpeg_quality)
+        return out.getvalue()
+
+    # -- questions ---------------------------------------------------------------------------------
+    def question_points(self) -> list[int]:
+        """Every n (frames so far) after which a question may be asked: the last 4 frames are one
+        unchanged state, nothing moving."""
+        return [n for n in range(STABLE_FRAMES, len(self) + 1) if self.is_still(n)]
+
+    def is_still(self, n: int) -> bool:
+        last = self.truth[n - STABLE_FRAMES:n]
+        return len(last) == STABLE_FRAMES and all(f == last[0] for f in last)
+
+    def questions(self, n: int, rng: np.random.Generator | None = None, kinds=QUESTION_KINDS) -> list[Question]:
+        """One question of each kind in ``kinds`` whose precondition holds after ``n`` frames (seen:
+        a 'yes' or a 'no' with even odds)."""
+        if not self.is_still(n):
+            raise ValueError(f"no question after {n} frames: the last {STABLE_FRAMES} frames are not one state")
+        rng = rng or np.random.default_rng((self.seed, n, 2))
+        out = []
+        for kind in kinds:
+            q = ASKERS[kind](self, n, rng)
+            if q is not None:
+                out.append(q)
+        return out
+
+    def identity_frames(self, identity: tuple[str, str], n: int) -> list[int]:
+        return [i for i in range(n) if any(v.identity == identity for v in self.truth[i])]
+
+
+def draw_shape(image: np.ndarray, view: ObjectView, colour: np.ndarray) -> None:
+    """Fill the shape's pixels (pixel centres inside the shape) within its box."""
+    height, width = image.shape[:2]
+    x0, y0, side = view.x0, view.y0, view.side
+    c0, c1 = max(int(np.floor(x0)), 0), min(int(np.ceil(x0 + side)), width)
+    r0, r1 = max(int(np.floor(y0)), 0), min(int(np.ceil(y0 + side)), height)
+    xs = np.arange(c0, c1) + 0.5
+    ys = (np.arange(r0, r1) + 0.5)[:, None]
+    if view.shape == "circle":
+        r = side / 2
+        inside = (xs - (x0 + r)) ** 2 + (ys - (y0 + r)) ** 2 <= r * r
+    elif view.shape == "square":
+        inside = ((xs >= x0) & (xs <= x0 + side)) & ((ys >= y0) & (ys <= y0 + side))
+    else:  # upright isosceles triangle, apex at the top centre, base along the bottom of the box
+        depth = (ys - y0) / side
+        inside = (depth >= 0) & (depth <= 1) & (np.abs(xs - (x0 + side / 2)) <= depth * side / 2)
+    image[r0:r1, c0:c1][inside] = colour
+
+
+# -- simulation ------------------------------------------------------------------------------------
+def make_stream(seed: int, num_frames: int, question_points=(), look: Look | None = None,
+                still_end: bool = True, start_stamp: float = 0.0, one_object_first: float = 0.7) -> WorldStream:
+    """A seeded stream of ``num_frames`` frames. Nothing changes in the 4 frames before each of
+    ``question_points`` (and before the end, when ``still_end``), so questions may be asked there."""
+    if not 1 <= num_frames <= 3600:
+        raise ValueError(f"a stream holds 1..3600 frames, got {num_frames}")
+    rng = np.random.default_rng((seed, 0))
+    look = look or random_look(rng)
+    points = set(int(p) for p in question_points) | ({num_frames} if still_end else set())
+    # a frame index at which something may change: not within the 3 frames before a question point
+    frozen = {p - k for p in points for k in range(1, STABLE_FRAMES)}
+    sim = _Simulation(rng, look)
+    sim.start(one_object_first)
+    frames: list[tuple[ObjectView, ...]] = [sim.snapshot()]
+    hold = int(rng.integers(STABLE_FRAMES, 13))  # frames the current state still lasts
+    while len(frames) < num_frames:
+        index = len(frames)
+        if hold > 1 or index in frozen:
+            hold -= 1
+            frames.append(sim.snapshot())
+            continue
+        event = sim.pick_event()
+        if event == "move":
+            steps = sim.plan_move()
+            if steps is None or any(index + s in frozen for s in range(len(steps))):
+                frames.append(sim.snapshot())
+                continue
+            for step in steps:
+                if len(frames) >= num_frames:
+                    break
+                sim.shift(step, len(frames))
+                frames.append(sim.snapshot())
+            sim.end_move(len(frames) - 1)
+        elif sim.apply(event, index):
+            frames.append(sim.snapshot())
+        else:
+            frames.append(sim.snapshot())
+            continue
+        hold = int(rng.integers(STABLE_FRAMES, 13))
+    return WorldStream(seed, look, frames, sim.moves, sim.recolours, sim.fixed_jitter, start_stamp)
+
+
+class _Simulation:
+    def __init__(self, rng: np.random.Generator, look: Look):
+        self.rng = rng
+        self.look = look
+        self.short = min(look.width, look.height)
+        self.objects: dict[int, ObjectView] = {}
+        self.next_obj = 0
+        self.moves: list[Move] = []
+        self.recolours: list[Recolour] = []
+        self.fixed_jitter: dict[int, np.ndarray] = {}
+        self._move: dict | None = None
+
+    def snapshot(self) -> tuple[ObjectView, ...]:
+        return tuple(sorted(self.objects.values(), key=lambda v: v.obj))
+
+    def start(self, one_object_first: float) -> None:
+        r = self.rng.random()
+        count = 1 if r < one_object_first else (0 if r < one_object_first + (1 - one_object_first) / 2 else 2)
+        for _ in range(count):
+            self.appear()
+
+    def pick_event(self) -> str:
+        n = len(self.objects)
+        weights = {"appear": 1.0 if n < 2 else 0.0, "leave": 0.8 if n else 0.0,
+                   "move": 1.0 if n == 1 else 0.0, "recolour": 0.8 if n else 0.0}
+        names = list(weights)
+        p = np.asarray([weights[k] for k in names])
+        return names[int(self.rng.choice(len(names), p=p / p.sum()))]
+
+    def apply(self, event: str, frame: int) -> bool:
+        if event == "appear":
+            return self.appear()
+        if event == "leave":
+            del self.objects[int(self.rng.choice(list(self.objects)))]
+            return True
+        return self.recolour(frame)
+
+    def _free_identities(self, keep_shape: str | None = None) -> list[tuple[str, str]]:
+        taken = {v.identity for v in self.objects.values()}
+        shapes = [keep_shape] if keep_shape else SHAPES
+        return [(s, c) for s in shapes for c in COLOUR_NAMES if (s, c) not in taken]
+
+    def appear(self) -> bool:
+        look, rng = self.look, self.rng
+        side = float(rng.uniform(0.30, 0.45)) * self.short
+        others = list(self.objects.values())
+        if others:
+            other = others[0]
+            # the half the other object does not occupy (by its centre), wholly inside that half
+            left_half = other.centre_x >= look.width / 2
+            lo, hi = (0.0, look.width / 2 - side) if left_half else (look.width / 2, look.width - side)
+            lo = max(lo, 0.0) if left_half else max(lo, other.x0 + other.side + 1)
+            hi = min(hi, other.x0 - side - 1) if left_half else hi
+        else:
+            lo, hi = 0.0, look.width - side
+        if hi < lo:
+            return False
+        x0 = float(rng.uniform(lo, hi))
+        y0 = float(rng.uniform(0, look.height - side))
+        free = self._free_identities()
+        shape, colour = free[int(rng.integers(len(free)))]
+        obj = self.next_obj
+        self.next_obj += 1
+        self.objects[obj] = ObjectView(obj, shape, colour, x0, y0, side)
+        j = self.look.colour_jitter
+        self.fixed_jitter[obj] = rng.integers(-j, j + 1, size=3)
+        return True
+
+    def recolour(self, frame: int) -> bool:
+        obj = int(self.rng.choice(list(self.objects)))
+        view = self.objects[obj]
+        choices = [c for s, c in self._free_identities(view.shape) if c != view.colour]
+        colour = choices[int(self.rng.integers(len(choices)))]
+        self.objects[obj] = ObjectView(obj, view.shape, colour, view.x0, view.y0, view.side)
+        self.recolours.append(Recolour(obj, view.shape, view.colour, colour, frame))
+        return True
+
+    def plan_move(self) -> list[float] | None:
+        """4-8 horizontal steps of 8-15% of the width, all one way, ending wholly inside the frame."""
+        (view,) = self.objects.values()
+        width = self.look.width
+        room = {"left": view.x0, "right": width - view.x0 - view.side}
+        for _ in range(8):
+            direction = "left" if self.rng.random() < 0.5 else "right"
+            count = int(self.rng.integers(4, 9))
+            step = float(self.rng.uniform(0.08, 0.15)) * width
+            if count * step > room[direction]:
+                count = int(room[direction] // step)
+            if count >= 4:
+                self._move = {"obj": view.obj, "identity": view.identity, "direction": direction, "first": None}
+                return [(-step if direction == "left" else step)] * count
+        return None
+
+    def shift(self, dx: float, frame: int) -> None:
+        obj = self._move["obj"]
+        view = self.objects[obj]
+        if self._move["first"] is None:
+            self._move["first"] = frame
+        self.objects[obj] = ObjectView(obj, view.shape, view.colour, view.x0 + dx, view.y0, view.side)
+
+    def end_move(self, last_frame: int) -> None:
+        m = self._move
+        if m is not None and m["first"] is not None:
+            self.moves.append(Move(m["obj"], m["identity"], m["direction"], m["first"], last_frame))
+        self._move = None
+
+
+# -- the question kinds (docs/world.md: one function per row of the table) ---------------------------
+def _colour_options(true: str, rng: np.random.Generator) -> tuple[list[str], int]:
+    wrong = [c for c in COLOUR_NAMES if c != true]
+    picked = [wrong[i] for i in rng.choice(len(wrong), size=3, replace=False)]
+    return _shuffled([true, *picked], rng)
+
+
+def _shuffled(options: list[str], rng: np.random.Generator) -> tuple[list[str], int]:
+    """``options[0]`` is the true one; returns them in random order with the true one's index."""
+    order = rng.permutation(len(options))
+    return [options[i] for i in order], int(np.nonzero(order == 0)[0][0])
+
+
+def _last_frame(stream: WorldStream, n: int) -> tuple[ObjectView, ...]:
+    return stream.truth[n - 1]
+
+
+def _recent_identities(stream: WorldStream, n: int) -> set[tuple[str, str]]:
+    return {v.identity for f in stream.truth[n - STABLE_FRAMES:n] for v in f}
+
+
+def ask_now_color(stream, n, rng):
+    last = _last_frame(stream, n)
+    shapes = [s for s in SHAPES if sum(v.shape == s for v in last) == 1]
+    if not shapes:
+        return None
+    shape = shapes[int(rng.integers(len(shapes)))]
+    view = next(v for v in last if v.shape == shape)
+    options, answer = _colour_options(view.colour, rng)
+    return Question("now_color", QUESTION_TEXT["now_color"].format(shape=shape), options, answer, n, [n - 1])
+
+
+def ask_now_count(stream, n, rng):
+    count = str(len(_last_frame(stream, n)))
+    options, answer = _shuffled([count] + [c for c in "012" if c != count], rng)
+    return Question("now_count", QUESTION_TEXT["now_count"], options, answer, n, [n - 1])
+
+
+def _first_object(stream, n):
+    first = stream.truth[0]
+    if len(first) != 1 or first[0].identity in _recent_identities(stream, n):
+        return None
+    return first[0]
+
+
+def ask_first_color(stream, n, rng):
+    view = _first_object(stream, n)
+    if view is None:
+        return None
+    options, answer = _colour_options(view.colour, rng)
+    return Question("first_color", QUESTION_TEXT["first_color"], options, answer, n, [0])
+
+
+def ask_first_shape(stream, n, rng):
+    view = _first_object(stream, n)
+    if view is None:
+        return None
+    options, answer = _shuffled([view.shape] + [s for s in SHAPES if s != view.shape], rng)
+    return Question("first_shape", QUESTION_TEXT["first_shape"], options, answer, n, [0])
+
+
+def ask_seen(stream, n, rng):
+    recent = _recent_identities(stream, n)
+    seen = {v.identity for f in stream.truth[:n] for v in f}
+    yes = sorted(seen - recent)
+    no = sorted({(s, c) for s in SHAPES for c in COLOUR_NAMES} - seen)
+    want_yes = rng.random() < 0.5
+    if (want_yes and not yes) or (not want_yes and not no):
+        want_yes = not want_yes
+    pool = yes if want_yes else no
+    if not pool:
+        return None
+    shape, colour = pool[int(rng.integers(len(pool)))]
+    options, answer = _shuffled(["yes", "no"] if want_yes else ["no", "yes"], rng)
+    evidence = stream.identity_frames((shape, colour), n) if want_yes else []
+    return Question("seen", QUESTION_TEXT["seen"].format(colour=colour, shape=shape), options, answer, n, evidence)
+
+
+def ask_before_color(stream, n, rng):
+    last = _last_frame(stream, n)
+    candidates = []
+    for shape in SHAPES:
+        views = [v for v in last if v.shape == shape]
+        if len(views) != 1:
+            continue
+        # recolours of this object while in view (a recolour happens in view by construction)
+        changes = [r for r in stream.recolours if r.obj == views[0].obj and r.frame < n]
+        if changes:
+            candidates.append((shape, changes[-1]))
+    if not candidates:
+        return None
+    shape, change = candidates[int(rng.integers(len(candidates)))]
+    options, answer = _colour_options(change.before, rng)
+    return Question("before_color", QUESTION_TEXT["before_color"].format(shape=shape), options, answer, n,
+                    [change.frame - 1, change.frame])
+
+
+def ask_moved(stream, n, rng):
+    last = _last_frame(stream, n)
+    candidates = []
+    for view in last:
+        moves = [m for m in stream.moves if m.identity == view.identity and m.last_frame < n]
+        if moves:
+            candidates.append((view, moves[-1]))
+    if not candidates:
+        return None
+    view, move = candidates[int(rng.integers(len(candidates)))]
+    options, answer = _shuffled([move.direction, "right" if move.direction == "left" else "left"], rng)
+    text = QUESTION_TEXT["moved"].format(colour=view.colour, shape=view.shape)
+    return Question("moved", text, options, answer, n, list(range(move.first_frame - 1, move.last_frame + 1)))
+
+
+def ask_last_seen(stream, n, rng):
+    recent = _recent_identities(stream, n)
+    gone = sorted({v.identity for f in stream.truth[:n] for v in f} - recent)
+    if not gone:
+        return None
+    shape, colour = gone[int(rng.integers(len(gone)))]
+    frames = stream.identity_frames((shape, colour), n)
+    return Question("last_seen", QUESTION_TEXT["last_seen"].format(colour=colour, shape=shape), [], -1, n,
+                    frames, answer_frame=frames[-1])
+
+
+ASKERS = {"now_color": ask_now_color, "now_count": ask_now_count, "first_color": ask_first_color,
+          "first_shape": ask_first_shape, "seen": ask_seen, "before_color": ask_before_color,
+          "moved": ask_moved, "last_seen": ask_last_seen}
