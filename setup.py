@@ -24,12 +24,12 @@ setup(
     license="Apache-2.0",
     entry_points={
         "console_scripts": [
-            "streamcache-demo = streamcache_ros.demo:main",
+            "streamcache-demo = streamcache_ros.tools.engine_demo:main",
             "streamcache_node = streamcache_ros.node.main:main",
-            "streamcache-ask = streamcache_ros.node.ask_cli:main",
-            "streamcache-replay = streamcache_ros.node.replay:main",
-            "streamcache-make-bag = streamcache_ros.bagfile:main",
-            "streamcache-node-demo = streamcache_ros.node.demo:main",
+            "streamcache-ask = streamcache_ros.client.ask_cli:main",
+            "streamcache-replay = streamcache_ros.tools.replay:main",
+            "streamcache-make-bag = streamcache_ros.tools.bagfile:main",
+            "streamcache-node-demo = streamcache_ros.tools.demo:main",
             "streamcache-profile = streamcache_ros.tools.profile_heads:main",
             "streamcache-export-encoder = streamcache_ros.tools.export_encoder:main",
         ],

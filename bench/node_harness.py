@@ -20,7 +20,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from streamcache_ros.node.participant import OwnParticipant  # noqa: E402 - after the path
+from streamcache_ros.client.participant import OwnParticipant  # noqa: E402 - after the path
 
 RESULTS = ROOT / "bench" / "results"
 GUARD_S = 600  # hang guard for one process step
@@ -55,7 +55,7 @@ def replay_command(bag, namespace: str, *extra: str, rate: float | None = None) 
     """A lock-step replay, as fast as the node takes frames (rate None) or at ``rate`` x the recording."""
     speed = ["--fast"] if rate is None else ["--rate", str(rate)]
     # a frame is resent only when not acknowledged for a long while: a question may hold the model
-    return [sys.executable, "-m", "streamcache_ros.node.replay", str(bag), "--lock-step", *speed, "--quiet",
+    return [sys.executable, "-m", "streamcache_ros.tools.replay", str(bag), "--lock-step", *speed, "--quiet",
             "--namespace", namespace, "--ack-timeout", "60", *extra]
 
 

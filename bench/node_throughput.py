@@ -49,7 +49,7 @@ def ack_rate(acks: list[tuple[float, int]]) -> float:
 
 
 def measure(policy: str, args, bags, tokens_per_unit: int, work: pathlib.Path) -> dict:
-    from streamcache_ros.node.client import StreamCacheClient  # noqa: PLC0415
+    from streamcache_ros.client.client import StreamCacheClient  # noqa: PLC0415
 
     params = {"camera_topics": f"['{CAM}']", "policy": policy, "budget_tokens": args.budget_units * tokens_per_unit,
               "sample_fps": args.fps, "chunk_frames": args.chunk_frames, "max_new_tokens": args.max_new_tokens,
@@ -97,7 +97,8 @@ def measure(policy: str, args, bags, tokens_per_unit: int, work: pathlib.Path) -
 
 def main(argv=None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    from streamcache_ros import bagfile, clip  # noqa: PLC0415
+    from streamcache_ros import clip  # noqa: PLC0415
+    from streamcache_ros.tools import bagfile  # noqa: PLC0415
     from streamcache_ros.engine import load_adapter  # noqa: PLC0415
 
     work = pathlib.Path(tempfile.mkdtemp(prefix="streamcache-throughput-"))

@@ -67,7 +67,7 @@ def client_main(args) -> int:
     from std_msgs.msg import Header  # noqa: PLC0415
     from rclpy.qos import QoSProfile, QoSReliabilityPolicy  # noqa: PLC0415
 
-    from streamcache_ros.node.client import StreamCacheClient  # noqa: PLC0415
+    from streamcache_ros.client.client import StreamCacheClient  # noqa: PLC0415
 
     stop_file, rng = pathlib.Path(args.stop_file), random.Random(args.client)
     taken = {"max": 0, "count": 0}
@@ -112,7 +112,8 @@ def client_main(args) -> int:
 
 # -- the driver -------------------------------------------------------------------------------------
 def run(args) -> dict:
-    from streamcache_ros import bagfile, clip  # noqa: PLC0415
+    from streamcache_ros import clip  # noqa: PLC0415
+    from streamcache_ros.tools import bagfile  # noqa: PLC0415
     from streamcache_ros.engine import load_adapter  # noqa: PLC0415
 
     work = pathlib.Path(tempfile.mkdtemp(prefix="streamcache-soak-"))
@@ -171,7 +172,7 @@ def saved_history(domain: int, path: pathlib.Path) -> list[str]:
     """The questions kept in the memory's history (save_memory, then the snapshot file)."""
     import torch  # noqa: PLC0415
 
-    from streamcache_ros.node.client import StreamCacheClient  # noqa: PLC0415
+    from streamcache_ros.client.client import StreamCacheClient  # noqa: PLC0415
 
     with StreamCacheClient(NS, timeout=60, domain_id=domain) as client:
         if not client.save(str(path)).success:

@@ -21,7 +21,7 @@ import time
 import py_trees
 from py_trees.common import Access, Status
 
-from streamcache_ros.node.client import NodeNotFound, StreamCacheClient
+from streamcache_ros.client.client import NodeNotFound, StreamCacheClient
 
 EXIT = {"answered": 0, "failed": 1, "timed out": 3, "no node": 4, "interrupted": 130}
 

@@ -10,7 +10,7 @@ the non-empty override arguments. The node lives in ``namespace`` (default ``str
 from launch import LaunchDescription
 from launch.actions import OpaqueFunction
 
-from streamcache_ros.node.launching import node_actions, node_arguments
+from streamcache_ros.tools.launching import node_actions, node_arguments
 
 
 def generate_launch_description():

@@ -14,7 +14,7 @@ from launch.events import Shutdown
 from launch.substitutions import LaunchConfiguration
 from launch_ros.actions import Node
 
-from streamcache_ros.node.launching import PACKAGE, node_actions, node_arguments
+from streamcache_ros.tools.launching import PACKAGE, node_actions, node_arguments
 
 
 def _replay(context):

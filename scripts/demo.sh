@@ -7,4 +7,4 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck disable=SC1091
 source scripts/env.sh
-exec python -m streamcache_ros.node.demo "$@"  # streamcache-node-demo, from this checkout
+exec python -m streamcache_ros.tools.demo "$@"  # streamcache-node-demo, from this checkout

@@ -94,7 +94,7 @@ pip_install --no-deps --no-build-isolation -e "$ROOT"
 # The demo's and the README's bag: made here, deterministic (same bytes every time), not committed.
 if [ ! -f "$ROOT/data/demo_bag/metadata.yaml" ]; then
   log "making the demo bag data/demo_bag (the synthetic clip: 120 frames at 2 fps, rosbag2 sqlite3)"
-  python -m streamcache_ros.bagfile "$ROOT/data/demo_bag" --overwrite >/dev/null
+  python -m streamcache_ros.tools.bagfile "$ROOT/data/demo_bag" --overwrite >/dev/null
 fi
 
 log "checking the install"
@@ -111,7 +111,7 @@ PY
 # a minimal system ROS 2) that is only a note; with them, a miss means the colcon install is wrong.
 python - "$ROOT" <<'PY'
 import importlib.util, pathlib, shutil, sys
-from streamcache_ros.node.ros_install import ros2_launch_unavailable
+from streamcache_ros.tools.ros_install import ros2_launch_unavailable
 why = ros2_launch_unavailable(pathlib.Path(sys.argv[1]))
 if not why:
     print("[setup] ok: 'ros2 launch streamcache_ros live.launch.py' and 'ros2 run streamcache_ros streamcache_node' run this checkout")

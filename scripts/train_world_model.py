@@ -263,8 +263,13 @@ def main() -> None:
         for _ in range(args.accumulate):
             seed = TRAIN_SEED + args.seed * 10_000_000 + state["streams"]
             state["streams"] += 1
-            frames, asked, _ = sample_example(seed, progress)
-            loss, correct = example_loss(adapter, lay_out_example(adapter, frames, asked, CHUNK_FRAMES))
+            try:
+                frames, asked, _ = sample_example(seed, progress)
+                example = lay_out_example(adapter, frames, asked, CHUNK_FRAMES)
+            except Exception as err:  # noqa: BLE001 - one bad stream must not end an hour's run
+                write({"step": state["step"], "skipped_stream": seed, "error": f"{type(err).__name__}: {err}"})
+                continue
+            loss, correct = example_loss(adapter, example)
             (loss / args.accumulate).backward()
             losses.append(loss.item())
             hits += correct

@@ -123,7 +123,7 @@ class Look:
     def __post_init__(self):
         if not (96 <= self.width <= 1280 and 96 <= self.height <= 1280):
             raise ValueError(f"frame size {self.width}x{self.height} outside 96..1280 px")
-        if not 4 / 3 - 1e-3 <= self.width / self.height <= 16 / 9 + 1e-3:
+        if not (3 * self.width >= 4 * self.height and 9 * self.width <= 16 * self.height):
             raise ValueError(f"aspect ratio {self.width / self.height:.3f} outside 4:3..16:9")
         if self.encoding not in ENCODINGS:
             raise ValueError(f"encoding must be one of {ENCODINGS}, got '{self.encoding}'")
@@ -135,11 +135,10 @@ def random_look(rng: np.random.Generator) -> Look:
         width, height = NAMED_SIZES[int(rng.integers(len(NAMED_SIZES)))]
     else:
         aspect = float(rng.uniform(4 / 3, 16 / 9))
-        height_max = min(1280, int(1280 / aspect))
-        height = int(np.exp(rng.uniform(np.log(96), np.log(height_max))))
-        width = int(np.clip(round(height * aspect), 96, 1280))
-        height = int(np.clip(height, 96, round(width / (4 / 3))))
-        height = max(height, int(np.ceil(width / (16 / 9))))
+        height = int(np.exp(rng.uniform(np.log(96), np.log(1280 / aspect))))
+        width = min(1280, int(round(height * aspect)))
+        # rounding may leave the range by a pixel: bring the height back inside 4:3..16:9
+        height = max(96, min(height, (3 * width) // 4, 1280), -(-9 * width // 16))
     return Look(width=width, height=height, background=tuple(int(c) for c in rng.integers(20, 91, size=3)),
                 noise=int(rng.integers(0, 9)) if rng.random() < 0.75 else 0,
                 colour_jitter=int(rng.integers(0, 21)), jitter_per_frame=bool(rng.random() < 0.5),

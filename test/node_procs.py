@@ -21,7 +21,7 @@ import time
 
 import pytest
 
-from streamcache_ros.node.participant import OwnParticipant
+from streamcache_ros.client.participant import OwnParticipant
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 os.environ["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "LOCALHOST"  # this process's own contexts too
@@ -99,7 +99,7 @@ class Proc:
 def client_of(node: Proc, domain: int, namespace: str | None):
     """A StreamCacheClient of ``node`` (None: found in the graph); the node's output is printed when
     the client cannot reach it, so the failure says why."""
-    from streamcache_ros.node.client import StreamCacheClient  # noqa: PLC0415
+    from streamcache_ros.client.client import StreamCacheClient  # noqa: PLC0415
 
     try:
         client = StreamCacheClient(namespace, timeout=HANG_GUARD_S, domain_id=domain)
@@ -119,7 +119,7 @@ def ros2_env(domain: int) -> dict:
 
 def installed_here() -> str:
     """'' when `ros2 launch streamcache_ros ...` / `ros2 run` would run this checkout, else why not."""
-    from streamcache_ros.node.ros_install import ros2_launch_unavailable  # noqa: PLC0415
+    from streamcache_ros.tools.ros_install import ros2_launch_unavailable  # noqa: PLC0415
 
     return ros2_launch_unavailable(ROOT)
 
@@ -150,7 +150,7 @@ def tiny_node(namespace: str, cameras: list[str], **params) -> list[str]:
 
 
 def run_replay(domain: int, bag, *args: str) -> subprocess.CompletedProcess:
-    cmd = python_module("streamcache_ros.node.replay", str(bag), *args)
+    cmd = python_module("streamcache_ros.tools.replay", str(bag), *args)
     return subprocess.run(cmd, cwd=ROOT, env=child_env(domain), capture_output=True, text=True, timeout=HANG_GUARD_S)
 
 

@@ -7,7 +7,8 @@ import pytest
 from PIL import Image as PILImage
 from rosbags.highlevel import AnyReader
 
-from streamcache_ros import bagfile, clip
+from streamcache_ros import clip
+from streamcache_ros.tools import bagfile
 
 START = bagfile.DEFAULT_START_NS
 

@@ -21,8 +21,8 @@ from node_procs import HANG_GUARD_S, ROOT, Proc, child_env, client_of, new_domai
 from py_trees.common import Status  # noqa: E402
 from streamcache_ros_interfaces.action import Ask as AskAction  # noqa: E402
 
-from streamcache_ros import bagfile  # noqa: E402
-from streamcache_ros.node.client import StreamCacheClient  # noqa: E402
+from streamcache_ros.tools import bagfile  # noqa: E402
+from streamcache_ros.client.client import StreamCacheClient  # noqa: E402
 
 NS = "/sc_bt"
 CAM = "/bt/cam"

@@ -5,7 +5,7 @@ import subprocess
 import pytest
 
 from node_procs import HANG_GUARD_S, ROOT, child_env, needs_install, new_domain, python_module
-from streamcache_ros import bagfile
+from streamcache_ros.tools import bagfile
 
 WAYS = [pytest.param(["--without-launch"], "streamcache_node stopped (exit code 0)", id="console-entries"),
         pytest.param([], "ros2 launch stopped (exit code 0)", id="ros2-launch", marks=needs_install)]
@@ -14,7 +14,7 @@ WAYS = [pytest.param(["--without-launch"], "streamcache_node stopped (exit code 
 @pytest.mark.parametrize(("way", "stopped"), WAYS)
 def test_node_demo_runs_end_to_end(tmp_path, way, stopped):
     bag = bagfile.make_bag(tmp_path / "bag", frames=40, fps=2.0)
-    done = subprocess.run(python_module("streamcache_ros.node.demo", "--bag", str(bag), "--policy", "fifo", *way),
+    done = subprocess.run(python_module("streamcache_ros.tools.demo", "--bag", str(bag), "--policy", "fifo", *way),
                           cwd=ROOT, env=child_env(new_domain()), capture_output=True, text=True, timeout=HANG_GUARD_S)
     out = done.stdout
     assert done.returncode == 0, out + done.stderr

@@ -22,7 +22,8 @@ from streamcache_ros_interfaces.msg import MemoryStatus
 
 from node_procs import (HANG_GUARD_S, ROOT, Probe, Proc, child_env, client_of, new_domain, python_module,
                         replay_lock_step, stamp_ns, tiny_node)
-from streamcache_ros import bagfile, clip
+from streamcache_ros import clip
+from streamcache_ros.tools import bagfile
 
 NS = "/sc_it"
 CAM, CAM_PNG = "/it/cam", "/it/cam/compressed"
@@ -134,7 +135,7 @@ def test_the_ask_cli(client, domain):
     env = child_env(domain)
 
     def cli(*args):
-        return subprocess.run(python_module("streamcache_ros.node.ask_cli", *args), cwd=ROOT, env=env,
+        return subprocess.run(python_module("streamcache_ros.client.ask_cli", *args), cwd=ROOT, env=env,
                               capture_output=True, text=True, timeout=HANG_GUARD_S)
 
     service = client.ask("What is on the table?")
@@ -262,7 +263,7 @@ def test_questions_while_frames_arrive_nothing_is_lost(client, domain, bags, pro
     before = client.memory_status()
     first_ack = len(probe.acks)
     start = START + 20 * S  # the "busy" bag: clip frames 40.., stamps START + 20 s + i / 2 fps
-    replayer = Proc(python_module("streamcache_ros.node.replay", str(bags["busy"]), "--lock-step", "--rate", "6",
+    replayer = Proc(python_module("streamcache_ros.tools.replay", str(bags["busy"]), "--lock-step", "--rate", "6",
                                   "--namespace", NS, "--topics", CAM), child_env(domain))
     answers = []
     try:

@@ -7,14 +7,14 @@ import pathlib
 import pytest
 
 from node_procs import HANG_GUARD_S, ROOT, client_of, needs_install, new_domain, run_launch, stop_and_check_all_gone
-from streamcache_ros import bagfile
+from streamcache_ros.tools import bagfile
 
 launch = pytest.importorskip("launch", reason="cannot run here: the launch package is not installed")
 pytest.importorskip("launch_ros", reason="cannot run here: launch_ros is not installed")
 from launch import LaunchContext  # noqa: E402
 from launch.actions import DeclareLaunchArgument, OpaqueFunction  # noqa: E402
 
-from streamcache_ros.node import launching  # noqa: E402
+from streamcache_ros.tools import launching  # noqa: E402
 
 LAUNCH = ROOT / "launch"
 

@@ -26,8 +26,9 @@ from streamcache_ros_interfaces.srv import Ask
 from node_procs import (HANG_GUARD_S, Probe, Proc, child_env, client_of, new_domain, replay_lock_step,
                         stamp_ns, tiny_node)
 from raw_ros import request_with_raw_first_string
-from streamcache_ros import bagfile, clip
-from streamcache_ros.node.client import StreamCacheClient
+from streamcache_ros import clip
+from streamcache_ros.tools import bagfile
+from streamcache_ros.client.client import StreamCacheClient
 from test_reliability_session import assert_same
 
 NS = "/sc_rel"

@@ -13,7 +13,7 @@ import yaml
 
 from node_procs import (HANG_GUARD_S, ROOT, Proc, client_of, needs_install, new_domain, ros2_env, run_launch,
                         run_replay, stop_and_check_all_gone, stop_ros2_daemon)
-from streamcache_ros import bagfile
+from streamcache_ros.tools import bagfile
 
 pytestmark = needs_install
 

@@ -21,7 +21,7 @@ from typing import Iterator
 
 import numpy as np
 
-from . import clip
+from .. import clip
 
 IMAGE = "sensor_msgs/msg/Image"
 COMPRESSED = "sensor_msgs/msg/CompressedImage"

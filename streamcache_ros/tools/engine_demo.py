@@ -11,9 +11,9 @@ import sys
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
-from . import clip  # noqa: E402
-from .engine import StreamCacheError  # noqa: E402
-from .engine.factory import ENGINE_DEFAULTS, build_session  # noqa: E402
+from .. import clip  # noqa: E402
+from ..engine import StreamCacheError  # noqa: E402
+from ..engine.factory import ENGINE_DEFAULTS, build_session  # noqa: E402
 
 QUESTIONS = [("What is on the table?", []),
              ("Which shape moved to the left?", ["the red circle", "the green square", "the white circle"])]

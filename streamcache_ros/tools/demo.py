@@ -41,7 +41,7 @@ def default_bag() -> pathlib.Path:
 def ensure_bag(path: pathlib.Path) -> None:
     if (path / "metadata.yaml").is_file():
         return
-    from ..bagfile import make_bag  # noqa: PLC0415
+    from .bagfile import make_bag  # noqa: PLC0415
 
     print(f"making the demo bag {path} (the synthetic clip, 120 frames at 2 fps)", flush=True)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -111,7 +111,7 @@ class PlainProcesses:
 
     def replay(self) -> bool:
         print(f"replaying {self.bag} in lock-step (every frame reaches the node), /clock from the bag", flush=True)
-        done = subprocess.run([sys.executable, "-m", "streamcache_ros.node.replay", str(self.bag), "--lock-step", "--fast",
+        done = subprocess.run([sys.executable, "-m", "streamcache_ros.tools.replay", str(self.bag), "--lock-step", "--fast",
                                "--clock", "--namespace", NAMESPACE], cwd=ROOT, env=child_env())
         return done.returncode == 0
 
@@ -192,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
     code = 0
     client = None
     try:
-        from .client import StreamCacheClient  # noqa: PLC0415
+        from ..client.client import StreamCacheClient  # noqa: PLC0415
 
         client = StreamCacheClient(NAMESPACE, timeout=180.0)
         print(f"node ready after {time.monotonic() - started:.1f} s", flush=True)

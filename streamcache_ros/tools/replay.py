@@ -23,7 +23,7 @@ import sys
 import threading
 import time
 
-from .. import bagfile
+from . import bagfile
 
 EXIT_NO_ACK, EXIT_BAD_INPUT, EXIT_NO_SUBSCRIBER = 1, 2, 3
 GRACE_S = 1.0  # once one topic is matched, how long the others get to match too
@@ -91,7 +91,7 @@ class Replayer:
         self.acks = AckWaiter()
         self.ack_topic = None
         if args.lock_step:
-            from .client import discover_namespace  # noqa: PLC0415
+            from ..client.client import discover_namespace  # noqa: PLC0415
 
             namespace = (discover_namespace(node, args.wait) if args.namespace is None
                          else ("/" + args.namespace.strip("/")) if args.namespace.strip("/") else "")
@@ -158,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor  # noqa: PLC0415
     from rclpy.utilities import remove_ros_args  # noqa: PLC0415
 
-    from .client import NodeNotFound  # noqa: PLC0415
+    from ..client.client import NodeNotFound  # noqa: PLC0415
 
     argv = list(sys.argv if argv is None else argv)
     args = parse_args(remove_ros_args(argv)[1:])

@@ -1,0 +1,353 @@
+"""A small Python client for streamcache_node, for scripts, other nodes and behaviour-tree leaves.
+
+    from streamcache_ros.client.client import StreamCacheClient
+    with StreamCacheClient() as memory:                 # finds the node (or namespace="/streamcache")
+        reply = memory.ask("what is on the table?")     # the Ask service
+        print(reply.success, reply.answer, reply.error_message)
+        result = memory.ask_streaming("describe the room", on_text=lambda partial, new: print(new, end=""))
+        status = memory.memory_status()                 # the next MemoryStatus message
+        goal = memory.ask_async("is the door open?", options=["yes", "no"])  # returns at once (BT leaves)
+        goal.done(), goal.partial_answer, goal.result(), goal.cancel()
+        watch = memory.watch_memory_status()            # one subscription; watch.latest: newest message
+
+The client runs its own rclpy context, node and executor thread, so it works from plain scripts and
+from inside another node's callbacks alike (nothing of the caller's is spun). Calls block until
+the reply comes or ``timeout`` seconds pass (TimeoutError); ``ask_async`` and ``watch_memory_status``
+never block (behaviour-tree leaves poll them once per tick).
+"""
+from __future__ import annotations
+
+import itertools
+import os
+import threading
+import time
+from typing import Callable
+
+from .participant import OwnParticipant
+
+ASK_SERVICE_TYPE = "streamcache_ros_interfaces/srv/Ask"
+_instances = itertools.count()
+
+
+class NodeNotFound(TimeoutError):
+    """No streamcache node answered in time (not running, another ROS_DOMAIN_ID, ...)."""
+
+
+def find_namespaces(node) -> list[str]:
+    """Namespaces of the streamcache nodes ``node`` can see ('' for the root namespace)."""
+    found = []
+    for name, types in node.get_service_names_and_types():
+        if name.endswith("/ask") and ASK_SERVICE_TYPE in types:
+            found.append(name[: -len("/ask")])
+    return sorted(found)
+
+
+def discover_namespace(node, timeout: float, spin: Callable[[float], None] | None = None) -> str:
+    """The namespace of the one streamcache node in the graph; NodeNotFound / LookupError otherwise."""
+    deadline = time.monotonic() + timeout
+    while True:
+        found = find_namespaces(node)
+        if len(found) == 1:
+            return found[0]
+        if len(found) > 1:
+            raise LookupError(f"several streamcache nodes: {', '.join(n or '/' for n in found)}; "
+                              "name one with --namespace")
+        if time.monotonic() > deadline:
+            raise NodeNotFound(f"no streamcache node found within {timeout:.0f} s "
+                               f"(ROS domain {node.context.get_domain_id()})")
+        (spin or time.sleep)(0.1)
+
+
+def _wait(future, timeout: float | None, what: str):
+    done = threading.Event()
+    future.add_done_callback(lambda _: done.set())
+    if not done.wait(timeout):
+        raise TimeoutError(f"no reply to {what} within {timeout} s")
+    if future.exception() is not None:
+        raise future.exception()
+    return future.result()
+
+
+class AskGoal:
+    """One Ask action goal, followed without blocking: ``state`` goes from PENDING (sent, not yet
+    accepted) to RUNNING (accepted: the answer streams into ``partial_answer``) to DONE (``result()``
+    holds the action's result; check its ``success``: a cancelled goal ends DONE with success false
+    and error_message "cancelled"), or to REJECTED / FAILED (no result; ``error`` says why)."""
+
+    PENDING, RUNNING, DONE, REJECTED, FAILED = "pending", "running", "done", "rejected", "failed"
+
+    def __init__(self, on_text: Callable[[str, str], None] | None = None):
+        self.state = AskGoal.PENDING
+        self.partial_answer = ""
+        self.error = ""
+        self.exception: BaseException | None = None
+        self.cancel_requested = False
+        self._on_text = on_text
+        self._result = None
+        self._handle = None
+        self._cancel_sent = False
+        self._cond = threading.Condition()
+        # a done-callback added to a future already done runs on the adding thread, not the executor's
+        self._text_lock = threading.Lock()
+
+    def done(self) -> bool:
+        """True once the goal has ended (DONE, REJECTED or FAILED)."""
+        return self.state in (AskGoal.DONE, AskGoal.REJECTED, AskGoal.FAILED)
+
+    def result(self):
+        """The Ask action's result; None while the goal runs, or when it was rejected or failed."""
+        return self._result
+
+    def cancel(self) -> None:
+        """Ask the node to stop answering (now, or as soon as the goal is accepted)."""
+        with self._cond:
+            if self.done():
+                return
+            self.cancel_requested = True
+            handle = self._handle
+            send = handle is not None and not self._cancel_sent
+            self._cancel_sent = self._cancel_sent or send
+        if send:
+            handle.cancel_goal_async()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until done (for scripts; a BT leaf polls ``done()`` instead); False on timeout."""
+        return self._wait_for(self.done, timeout)
+
+    # -- the client's executor thread calls these -------------------------------------------------
+    def _on_goal_response(self, future) -> None:
+        if future.exception() is not None:
+            return self._fail(f"sending the goal failed: {future.exception()}", future.exception())
+        handle = future.result()
+        if not handle.accepted:
+            return self._end(AskGoal.REJECTED, error="the ask_action goal was rejected")
+        with self._cond:
+            self._handle = handle
+            self.state = AskGoal.RUNNING
+            cancel = self.cancel_requested and not self._cancel_sent
+            self._cancel_sent = self._cancel_sent or cancel
+            self._cond.notify_all()
+        if cancel:
+            handle.cancel_goal_async()
+        handle.get_result_async().add_done_callback(self._on_result)
+
+    def _on_feedback(self, msg) -> None:
+        with self._text_lock:
+            if self.done():
+                return  # late feedback (see _on_result)
+            self.partial_answer = msg.feedback.partial_answer
+            if self._on_text is not None:
+                self._on_text(msg.feedback.partial_answer, msg.feedback.new_text)
+
+    def _on_result(self, future) -> None:
+        if future.exception() is not None:
+            return self._fail(f"getting the result failed: {future.exception()}", future.exception())
+        result = future.result().result
+        # Feedback and the result travel separately: the result can overtake the last pieces. Once
+        # it is here, late feedback is ignored and what is missing is handed over from the result.
+        with self._text_lock:
+            received = self.partial_answer.lstrip()  # the result's answer is stripped
+            if result.answer.startswith(received) and len(result.answer) > len(received):
+                missing = result.answer[len(received):]
+                self.partial_answer += missing
+                if self._on_text is not None:
+                    self._on_text(self.partial_answer, missing)
+            self._end(AskGoal.DONE, result=result)
+
+    def _fail(self, error: str, exception: BaseException | None = None) -> None:
+        self._end(AskGoal.FAILED, error=error, exception=exception)
+
+    def _end(self, state: str, result=None, error: str = "", exception: BaseException | None = None) -> None:
+        with self._cond:
+            self._result, self.error, self.exception = result, error, exception
+            self.state = state
+            self._cond.notify_all()
+
+    def _wait_for(self, predicate, timeout: float | None) -> bool:
+        with self._cond:
+            return self._cond.wait_for(predicate, timeout)
+
+    def _raise_if_failed(self) -> None:
+        if self.state == AskGoal.REJECTED:
+            raise RuntimeError(self.error)
+        if self.state == AskGoal.FAILED:
+            raise self.exception if self.exception is not None else RuntimeError(self.error)
+
+
+class MemoryStatusWatch:
+    """The newest MemoryStatus, kept by one subscription that lasts (``latest``: None until one came)."""
+
+    def __init__(self, client: "StreamCacheClient", topic: str):
+        from rclpy.qos import QoSProfile, QoSReliabilityPolicy  # noqa: PLC0415
+
+        self.topic = topic
+        self.latest = None
+        self.received = 0  # messages so far
+        self.closed = False
+        self.published_ns = 0  # the newest message's source timestamp (ns, the publisher's clock)
+        self._client = client
+        self._cond = threading.Condition()
+        self._sub = client.node.create_subscription(
+            client._types["MemoryStatus"], topic, self._take,
+            QoSProfile(depth=10, reliability=QoSReliabilityPolicy.RELIABLE))
+
+    def _take(self, msg, info) -> None:
+        with self._cond:
+            self.latest, self.published_ns = msg, info["source_timestamp"]
+            self.received += 1
+            self._cond.notify_all()
+
+    def wait_for(self, predicate: Callable[[object], bool], timeout: float | None = None):
+        """The first message (the latest one included) for which ``predicate(msg)`` holds."""
+        with self._cond:
+            if not self._cond.wait_for(lambda: self.latest is not None and predicate(self.latest), timeout):
+                raise TimeoutError(f"no matching {self.topic} within {timeout} s")
+            return self.latest
+
+    def next(self, timeout: float | None = 10.0):
+        """The next message published after this call: by its source timestamp, or where the node's
+        clock and this one disagree, the second one to arrive (the first may have been in flight)."""
+        called_ns, seen = time.time_ns(), self.received
+        with self._cond:
+            if not self._cond.wait_for(lambda: (self.received > seen and self.published_ns >= called_ns)
+                                       or self.received >= seen + 2, timeout):
+                raise TimeoutError(f"no {self.topic} within {timeout} s")
+            return self.latest
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self._client._participant.in_spin_thread(self._client.node.destroy_subscription, self._sub)
+
+
+class StreamCacheClient:
+    def __init__(self, namespace: str | None = None, timeout: float = 15.0, domain_id: int | None = None):
+        """``namespace``: the node's namespace ('/streamcache' with the launch files, '' for a bare
+        ``streamcache_node``); None finds the one node in the graph. ``timeout``: how long to wait for
+        the node to appear. ``domain_id``: default ROS_DOMAIN_ID."""
+        from rclpy.action import ActionClient  # noqa: PLC0415
+        from streamcache_ros_interfaces.action import Ask as AskAction  # noqa: PLC0415
+        from streamcache_ros_interfaces.msg import MemoryStatus  # noqa: PLC0415
+        from streamcache_ros_interfaces.srv import Ask, LoadMemory, ResetMemory, SaveMemory  # noqa: PLC0415
+
+        self._types = {"Ask": Ask, "AskAction": AskAction, "ResetMemory": ResetMemory, "SaveMemory": SaveMemory,
+                       "LoadMemory": LoadMemory, "MemoryStatus": MemoryStatus}
+        self._participant = OwnParticipant(f"streamcache_client_{os.getpid()}_{next(_instances)}", domain_id)
+        self.node = self._participant.node
+        self._watch: MemoryStatusWatch | None = None
+        self._watch_lock = threading.Lock()
+        try:
+            self.namespace = (discover_namespace(self.node, timeout) if namespace is None
+                              else ("/" + namespace.strip("/")) if namespace.strip("/") else "")
+            ns = self.namespace
+            self._ask = self.node.create_client(Ask, f"{ns}/ask")
+            self._reset = self.node.create_client(ResetMemory, f"{ns}/reset_memory")
+            self._save = self.node.create_client(SaveMemory, f"{ns}/save_memory")
+            self._load = self.node.create_client(LoadMemory, f"{ns}/load_memory")
+            self._action = ActionClient(self.node, AskAction, f"{ns}/ask_action")
+            if not self._ask.wait_for_service(timeout_sec=timeout):
+                raise NodeNotFound(f"service {ns}/ask not available within {timeout:.0f} s")
+        except BaseException:
+            self.close()
+            raise
+
+    # -- calls ----------------------------------------------------------------------------------
+    def _request(self, client, request, timeout, what):
+        if not client.wait_for_service(timeout_sec=timeout if timeout is not None else 15.0):
+            raise NodeNotFound(f"service {client.srv_name} is not available")
+        return _wait(client.call_async(request), timeout, what)
+
+    def ask(self, question: str, options=(), camera: str = "", max_new_tokens: int = 0,
+            timeout: float | None = 300.0):
+        """The Ask service; returns its response (check ``success`` / ``error_message``)."""
+        request = self._types["Ask"].Request(question=question, options=list(options), camera=camera,
+                                             max_new_tokens=max_new_tokens)
+        return self._request(self._ask, request, timeout, "ask")
+
+    def ask_async(self, question: str, options=(), camera: str = "", max_new_tokens: int = 0,
+                  on_text: Callable[[str, str], None] | None = None) -> "AskGoal":
+        """The Ask action without blocking (for behaviour-tree leaves): returns an AskGoal at once;
+        poll its ``done()``, read ``partial_answer`` while it streams, ``result()`` when done.
+        ``on_text(partial_answer, new_text)`` runs on the client's thread for each piece."""
+        goal = AskGoal(on_text)
+        request = self._types["AskAction"].Goal(question=question, options=list(options), camera=camera,
+                                                max_new_tokens=max_new_tokens)
+
+        def send() -> None:
+            sent = self._action.send_goal_async(request, feedback_callback=goal._on_feedback)
+            sent.add_done_callback(goal._on_goal_response)
+
+        if self._action.server_is_ready():
+            send()
+            return goal
+
+        # A goal sent before the server is matched is lost: wait for it without blocking the caller.
+        def poll() -> None:
+            if goal.cancel_requested or self._action.server_is_ready():
+                timer.cancel()
+                self.node.destroy_timer(timer)  # on the executor's thread: safe between two waits
+                if goal.cancel_requested:
+                    goal._fail("cancelled before the action server was found")
+                else:
+                    send()
+        timer = self.node.create_timer(0.05, poll)
+        return goal
+
+    def ask_streaming(self, question: str, options=(), camera: str = "", max_new_tokens: int = 0,
+                      on_text: Callable[[str, str], None] | None = None, cancel: threading.Event | None = None,
+                      on_accepted: Callable[[], None] | None = None, timeout: float | None = 300.0):
+        """The Ask action: ``on_text(partial_answer, new_text)`` per feedback; setting ``cancel``
+        cancels the goal (the result then has success false and the partial answer). Returns the
+        action's result."""
+        if not self._action.wait_for_server(timeout_sec=timeout if timeout is not None else 15.0):
+            raise NodeNotFound(f"action {self.namespace}/ask_action is not available")
+        goal = self.ask_async(question, options, camera, max_new_tokens, on_text)
+        try:
+            if not goal._wait_for(lambda: goal.state != AskGoal.PENDING, timeout):
+                raise TimeoutError(f"no reply to ask_action goal within {timeout} s")
+            goal._raise_if_failed()
+            if on_accepted is not None:
+                on_accepted()
+            deadline = None if timeout is None else time.monotonic() + timeout
+            while not goal._wait_for(goal.done, 0.02):
+                if cancel is not None and cancel.is_set():
+                    goal.cancel()
+                if deadline is not None and time.monotonic() > deadline:
+                    goal.cancel()
+                    raise TimeoutError(f"no ask_action result within {timeout} s (goal cancelled)")
+            goal._raise_if_failed()
+            return goal.result()
+        except BaseException:
+            goal.cancel()  # Ctrl-C or a timeout: the node stops answering too
+            raise
+
+    def reset(self, timeout: float | None = 60.0):
+        return self._request(self._reset, self._types["ResetMemory"].Request(), timeout, "reset_memory")
+
+    def save(self, path: str, timeout: float | None = 120.0):
+        return self._request(self._save, self._types["SaveMemory"].Request(path=path), timeout, "save_memory")
+
+    def load(self, path: str, timeout: float | None = 120.0):
+        return self._request(self._load, self._types["LoadMemory"].Request(path=path), timeout, "load_memory")
+
+    def watch_memory_status(self) -> "MemoryStatusWatch":
+        """The client's one MemoryStatus subscription (made on the first call, kept until close):
+        ``latest`` is the newest message (None until one arrived)."""
+        with self._watch_lock:
+            if self._watch is None or self._watch.closed:
+                self._watch = MemoryStatusWatch(self, f"{self.namespace}/memory_status")
+            return self._watch
+
+    def memory_status(self, timeout: float = 10.0):
+        """The next MemoryStatus the node publishes (1 Hz, and after each chunk) after this call."""
+        return self.watch_memory_status().next(timeout)
+
+    # -- lifetime -------------------------------------------------------------------------------
+    def close(self) -> None:
+        self._participant.close()
+
+    def __enter__(self) -> "StreamCacheClient":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
