@@ -92,9 +92,9 @@ log "installing streamcache_ros into the venv (editable: console entries in .ven
 pip_install --no-deps --no-build-isolation -e "$ROOT"
 
 # The demo's and the README's bag: made here, deterministic (same bytes every time), not committed.
-if [ ! -f "$ROOT/data/demo_bag/metadata.yaml" ]; then
-  log "making the demo bag data/demo_bag (the synthetic clip: 120 frames at 2 fps, rosbag2 sqlite3)"
-  python -m streamcache_ros.tools.bagfile "$ROOT/data/demo_bag" --overwrite >/dev/null
+if [ ! -f "$ROOT/data/demo_bag/world_questions.json" ]; then
+  log "making the demo bag data/demo_bag (a shape-world stream with its questions, rosbag2 sqlite3)"
+  python -c "import pathlib; from streamcache_ros.tools.demo import make_demo_bag; make_demo_bag(pathlib.Path('$ROOT/data/demo_bag'))" >/dev/null
 fi
 
 log "checking the install"

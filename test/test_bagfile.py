@@ -71,3 +71,39 @@ def test_make_bag_cli(tmp_path, capsys):
     assert len(list(bagfile.read_images(tmp_path / "bag"))) == 3
     assert bagfile.main([str(tmp_path / "bag"), "--frames", "3"]) == 2  # exists
     assert "exists" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("encoding", ["rgb8", "bgr8", "jpeg"])
+def test_world_bag_holds_the_stream_and_its_questions(tmp_path, encoding):
+    from streamcache_ros import world
+    from streamcache_ros.node.image_conversion import image_to_rgb as to_rgb
+
+    look = world.Look(320, 240, (40, 50, 60), 0, 0, False, encoding, 92)
+    bag = bagfile.make_world_bag(tmp_path / "w", seed=5, frames=24, ask_at=[12], look=look)
+    stream = world.make_stream(5, 24, question_points=[12], look=look)
+    messages = list(bagfile.read_images(bag))
+    topic = "/camera/image_raw/compressed" if encoding == "jpeg" else "/camera/image_raw"
+    assert [m.topic for m in messages] == [topic] * 24
+    assert [m.stamp_ns - messages[0].stamp_ns for m in messages] == [i * 1_000_000_000 for i in range(24)]
+    store = bagfile._typestore()
+    msg = store.deserialize_cdr(messages[7].rawdata, messages[7].msgtype)
+    rgb = to_rgb(msg)
+    if encoding == "jpeg":
+        assert np.abs(rgb.astype(int) - stream.raw_frame(7).astype(int)).mean() < 3
+    else:
+        assert msg.encoding == encoding and np.array_equal(rgb, stream.raw_frame(7))
+    record = bagfile.read_world_questions(bag)
+    expected = [q.to_dict() for n in (12, 24) for q in stream.questions(n)]
+    assert [{k: q[k] for k in expected[0]} for q in record["questions"]] == expected
+    assert {q["after_frames"] for q in record["questions"]} == {12, 24}
+    for q in record["questions"]:
+        assert q["asked_after_stamp_ns"] == messages[q["after_frames"] - 1].stamp_ns
+    assert len(record["truth"]) == 24 and record["world"]["topic"] == topic
+
+
+def test_world_bag_cli(tmp_path, capsys):
+    assert bagfile.main([str(tmp_path / "w"), "--world", "--seed", "3", "--frames", "16", "--encoding", "jpeg",
+                         "--width", "160", "--height", "120"]) == 0
+    assert "world seed 3, 16 frames at 1 fps on /camera/image_raw/compressed (160x120 jpeg" in capsys.readouterr().out
+    assert bagfile.main([str(tmp_path / "w"), "--world", "--frames", "16"]) == 2  # exists
+    assert bagfile.main([str(tmp_path / "x"), "--world", "--frames", "16", "--ask-at", "2"]) == 2

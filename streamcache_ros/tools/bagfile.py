@@ -2,6 +2,7 @@
 
     streamcache-make-bag data/demo_bag                      # the demo / test bag (deterministic)
     streamcache-make-bag /tmp/clip --storage mcap --frames 600 --fps 10 --compressed
+    streamcache-make-bag /tmp/world --world --seed 7 --frames 512 --ask-at 32 64 128
 
 The bag holds the synthetic clip (streamcache_ros/clip.py: moving coloured shapes, scene changes)
 as sensor_msgs/Image (rgb8) on /camera/image_raw, stamped from a fixed start so every run makes the
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import io
+import json
 import pathlib
 import shutil
 import struct
@@ -82,6 +84,73 @@ def make_bag(path: str | pathlib.Path, frames: int = 120, fps: float = 2.0, widt
     return path
 
 
+WORLD_QUESTIONS_FILE = "world_questions.json"
+
+
+def _image_message(store, stamp_ns: int, rgb: np.ndarray, encoding: str, jpeg: bytes | None = None):
+    Header, Time = store.types["std_msgs/msg/Header"], store.types["builtin_interfaces/msg/Time"]
+    header = Header(stamp=Time(sec=stamp_ns // 1_000_000_000, nanosec=stamp_ns % 1_000_000_000), frame_id="camera")
+    if encoding == "jpeg":
+        return store.types[COMPRESSED](header=header, format="jpeg", data=np.frombuffer(jpeg, dtype=np.uint8))
+    pixels = rgb[:, :, ::-1] if encoding == "bgr8" else rgb
+    height, width = rgb.shape[:2]
+    return store.types[IMAGE](header=header, height=height, width=width, encoding=encoding, is_bigendian=0,
+                              step=width * 3, data=np.ascontiguousarray(pixels).reshape(-1))
+
+
+def make_world_bag(path: str | pathlib.Path, seed: int, frames: int, ask_at=(), look=None,
+                   topic: str = DEFAULT_TOPIC, storage: str = "sqlite3", start_ns: int = DEFAULT_START_NS,
+                   overwrite: bool = False) -> pathlib.Path:
+    """A shape-world stream (docs/world.md) at 1 frame per second, as the camera would publish it:
+    ``rgb8`` / ``bgr8`` Images on ``topic``, or JPEG CompressedImages on ``<topic>/compressed``. Beside
+    the frames, ``world_questions.json`` in the bag's folder holds the stream's per-frame truth and
+    every question whose precondition holds after each of ``ask_at`` frames and at the end, with
+    its true option, so a replay can be scored."""
+    from rosbags.rosbag2 import StoragePlugin, Writer  # noqa: PLC0415
+
+    from .. import world  # noqa: PLC0415
+
+    if storage not in STORAGES:
+        raise ValueError(f"storage must be one of {STORAGES}, got '{storage}'")
+    points = sorted({int(n) for n in ask_at} | {frames})
+    if any(not world.STABLE_FRAMES <= n <= frames for n in points):
+        raise ValueError(f"questions can be asked after {world.STABLE_FRAMES}..{frames} frames, got {points}")
+    stream = world.make_stream(seed, frames, question_points=points, look=look)
+    path = pathlib.Path(path)
+    if path.exists():
+        if not overwrite:
+            raise FileExistsError(f"{path} exists (use overwrite)")
+        shutil.rmtree(path)
+    store = _typestore()
+    encoding = stream.look.encoding
+    camera_topic = topic + "/compressed" if encoding == "jpeg" else topic
+    stamps = [start_ns + i * 1_000_000_000 for i in range(frames)]
+    plugin = StoragePlugin.MCAP if storage == "mcap" else StoragePlugin.SQLITE3
+    with Writer(path, version=9, storage_plugin=plugin) as writer:
+        msgtype = COMPRESSED if encoding == "jpeg" else IMAGE
+        conn = writer.add_connection(camera_topic, msgtype, typestore=store)
+        for i, stamp_ns in enumerate(stamps):
+            raw = stream.raw_frame(i)
+            msg = _image_message(store, stamp_ns, raw, encoding, stream.jpeg(i, raw) if encoding == "jpeg" else None)
+            writer.write(conn, stamp_ns, store.serialize_cdr(msg, msgtype))
+    questions = [q.to_dict() for n in points for q in stream.questions(n)]
+    for q in questions:
+        q["asked_after_stamp_ns"] = stamps[q["after_frames"] - 1]
+        q["answer_stamp_ns"] = stamps[q["answer_frame"]] if q["answer_frame"] >= 0 else 0
+    record = {"world": {"seed": seed, "frames": frames, "topic": camera_topic, "start_ns": start_ns,
+                        "frame_period_s": world.FRAME_PERIOD_S, "look": dict(stream.look.__dict__)},
+              "questions": questions,
+              "truth": [[{"object": v.obj, "shape": v.shape, "colour": v.colour,
+                          "box": [round(v.x0, 1), round(v.y0, 1), round(v.side, 1)]} for v in f] for f in stream.truth]}
+    (path / WORLD_QUESTIONS_FILE).write_text(json.dumps(record, indent=1) + "\n")
+    return path
+
+
+def read_world_questions(path: str | pathlib.Path) -> dict:
+    """What ``make_world_bag`` wrote beside a world bag's frames (FileNotFoundError for another bag)."""
+    return json.loads((pathlib.Path(path) / WORLD_QUESTIONS_FILE).read_text())
+
+
 @dataclass
 class BagMessage:
     topic: str
@@ -134,8 +203,32 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--storage", choices=STORAGES, default="sqlite3")
     parser.add_argument("--compressed", action="store_true", help="also write <topic>/compressed (PNG)")
     parser.add_argument("--overwrite", action="store_true")
+    world_args = parser.add_argument_group("world mode: a shape-world stream with its questions (docs/world.md)")
+    world_args.add_argument("--world", action="store_true",
+                            help="write a seeded shape-world stream at 1 fps and world_questions.json beside it")
+    world_args.add_argument("--seed", type=int, default=0)
+    world_args.add_argument("--ask-at", type=int, nargs="*", default=[],
+                            help="frame counts after which questions are asked (the end is always one)")
+    world_args.add_argument("--encoding", choices=("rgb8", "bgr8", "jpeg"),
+                            help="world mode: how frames are sent (default: drawn from the seed, as the size is)")
     args = parser.parse_args(argv)
     try:
+        if args.world:
+            look = None
+            if args.encoding or "--width" in (argv or sys.argv) or "--height" in (argv or sys.argv):
+                from .. import world  # noqa: PLC0415
+
+                drawn = world.random_look(np.random.default_rng((args.seed, 0)))
+                look = world.Look(**{**drawn.__dict__, "width": args.width, "height": args.height,
+                                     "encoding": args.encoding or drawn.encoding})
+            path = make_world_bag(args.path, args.seed, args.frames, args.ask_at, look, args.topic, args.storage,
+                                  overwrite=args.overwrite)
+            record = read_world_questions(path)
+            print(f"wrote {path}: world seed {args.seed}, {args.frames} frames at 1 fps on {record['world']['topic']} "
+                  f"({record['world']['look']['width']}x{record['world']['look']['height']} "
+                  f"{record['world']['look']['encoding']}, {args.storage}); {len(record['questions'])} questions "
+                  f"in {path / WORLD_QUESTIONS_FILE}")
+            return 0
         path = make_bag(args.path, args.frames, args.fps, args.width, args.height, args.topic, args.storage,
                         compressed=args.compressed, overwrite=args.overwrite)
     except (ValueError, FileExistsError) as err:

@@ -1,5 +1,7 @@
-"""The main job through ROS 2: streamcache_node in its own process, the demo bag replayed into it,
-questions asked through the Ask service and the Ask action, memory status and diagnostics printed.
+"""The main job through ROS 2: streamcache_node in its own process, the demo bag (a shape-world
+stream, docs/world.md) replayed into it, the world's questions asked through the Ask service with
+each answer printed beside the truth and the accuracy so far, one question streamed through the Ask
+action, memory status and diagnostics printed.
 
     streamcache-node-demo [--policy fifo] [--budget 96] [--bag data/demo_bag]   (scripts/demo.sh)
 
@@ -26,9 +28,10 @@ from .ros_install import ros2_launch_unavailable
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 NAMESPACE = "/streamcache"
-QUESTIONS = [("What is on the table?", []),
-             ("Which shape moved to the left?", ["the red circle", "the green square", "the white circle"])]
-STREAMED_QUESTION = "Describe what the camera saw, in order."
+# The demo bag: a world stream whose end allows every question kind (seed picked for that, not for
+# the answers), 100 frames at 1 fps, 320x240 rgb8
+DEMO_SEED, DEMO_FRAMES, DEMO_SIZE = 23, 100, (320, 240)
+STREAMED_QUESTION = "What color is the {shape} now?"
 LEVELS = {0: "OK", 1: "WARN", 2: "ERROR", 3: "STALE"}
 
 
@@ -38,14 +41,25 @@ def default_bag() -> pathlib.Path:
     return pathlib.Path.home() / ".cache" / "streamcache_ros" / "demo_bag"
 
 
-def ensure_bag(path: pathlib.Path) -> None:
-    if (path / "metadata.yaml").is_file():
-        return
-    from .bagfile import make_bag  # noqa: PLC0415
+def make_demo_bag(path: pathlib.Path) -> pathlib.Path:
+    import numpy as np  # noqa: PLC0415
 
-    print(f"making the demo bag {path} (the synthetic clip, 120 frames at 2 fps)", flush=True)
+    from .. import world  # noqa: PLC0415
+    from .bagfile import make_world_bag  # noqa: PLC0415
+
+    drawn = world.random_look(np.random.default_rng((DEMO_SEED, 0)))
+    look = world.Look(**{**drawn.__dict__, "width": DEMO_SIZE[0], "height": DEMO_SIZE[1], "encoding": "rgb8"})
+    return make_world_bag(path, DEMO_SEED, DEMO_FRAMES, look=look, overwrite=True)
+
+
+def ensure_bag(path: pathlib.Path) -> None:
+    from .bagfile import WORLD_QUESTIONS_FILE  # noqa: PLC0415
+
+    if (path / "metadata.yaml").is_file() and (path / WORLD_QUESTIONS_FILE).is_file():
+        return
+    print(f"making the demo bag {path} (a shape-world stream: {DEMO_FRAMES} frames at 1 fps)", flush=True)
     path.parent.mkdir(parents=True, exist_ok=True)
-    make_bag(path, overwrite=True)
+    make_demo_bag(path)
 
 
 def child_env() -> dict:
@@ -168,8 +182,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="streamcache-node-demo", description=__doc__.splitlines()[0])
     parser.add_argument("--bag", type=pathlib.Path, default=None, help="a rosbag2 (default: the demo bag)")
     parser.add_argument("--policy", default=None, help="full | fifo | hermes | h2svc (default: the node's)")
-    parser.add_argument("--budget", type=int, default=96, help="video tokens kept per layer (fifo, hermes)")
-    parser.add_argument("--model", default=None, help="model_path (default: the bundled tiny model)")
+    parser.add_argument("--budget", type=int, default=None,
+                        help="video tokens kept per layer (fifo, hermes; default: the node's)")
+    parser.add_argument("--model", default=None, help="model_path (default: the bundled world model)")
     parser.add_argument("--without-launch", action="store_true",
                         help="start the node and the replay as console entries even where `ros2 launch` works")
     args = parser.parse_args(argv)
@@ -178,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
     bag = (args.bag or default_bag()).resolve()
     ensure_bag(bag)
-    overrides = {"budget_tokens": args.budget}
+    overrides = {} if args.budget is None else {"budget_tokens": args.budget}
     if args.policy:
         overrides["policy"] = args.policy
     if args.model:
@@ -196,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
 
         client = StreamCacheClient(NAMESPACE, timeout=180.0)
         print(f"node ready after {time.monotonic() - started:.1f} s", flush=True)
-        code = run_demo(client, processes)
+        code = run_demo(client, processes, bag)
     except KeyboardInterrupt:
         code = 130
     except Exception as err:  # noqa: BLE001 - say what failed, then stop the processes
@@ -212,10 +227,12 @@ def main(argv: list[str] | None = None) -> int:
     return code
 
 
-def run_demo(client, processes) -> int:
+def run_demo(client, processes, bag: pathlib.Path) -> int:
     from diagnostic_msgs.msg import DiagnosticArray  # noqa: PLC0415
     from rclpy.qos import QoSProfile, QoSReliabilityPolicy  # noqa: PLC0415
     from streamcache_ros_interfaces.msg import MemoryStatus  # noqa: PLC0415
+
+    from .bagfile import read_world_questions  # noqa: PLC0415
 
     latest_diag: list = []
     diag_seen = threading.Event()
@@ -247,28 +264,36 @@ def run_demo(client, processes) -> int:
         print("streamcache-replay failed", file=sys.stderr)
         return 1
 
-    print("\nquestions through the Ask service:")
-    for question, options in QUESTIONS:
-        r = client.ask(question, options, max_new_tokens=16)
+    record = read_world_questions(bag)
+    scored = [q for q in record["questions"] if q["options"]]
+    print(f"\nthe world's questions through the Ask service ({len(scored)} with options, "
+          f"after {record['world']['frames']} frames):")
+    right = 0
+    for number, q in enumerate(scored, 1):
+        r = client.ask(q["text"], q["options"])
         if not r.success:
-            print(f"  Q: {question}\n  refused: {r.error_message}")
+            print(f"  Q: {q['text']}\n  refused: {r.error_message}")
             return 1
-        chosen = f" -> option {r.option_index}" if options else ""
-        print(f"  Q: {question}{' ' + str(options) if options else ''}\n  A: {r.answer!r}{chosen}\n"
-              f"     ({r.frames_in_memory} frames, stamps {time_s(r.oldest_stamp):.1f} .. {time_s(r.newest_stamp):.1f} s, "
-              f"{r.kv_tokens} KV tokens, TTFT {r.ttft_ms:.1f} ms, total {r.total_ms:.1f} ms, {r.method})")
-    print("\na question through the Ask action (streamed feedback):")
-    print(f"  Q: {STREAMED_QUESTION}\n  A: ", end="", flush=True)
-    pieces = []
+        right += r.option_index == q["answer_index"]
+        mark = "right" if r.option_index == q["answer_index"] else "WRONG"
+        print(f"  Q{number}: {q['text']}  options {q['options']}\n"
+              f"      node: {r.answer!r} (option {r.option_index})   truth: {q['answer']!r}   {mark}   "
+              f"accuracy so far {right}/{number}\n"
+              f"      ({r.frames_in_memory} frames in memory, {r.kv_tokens} KV tokens, TTFT {r.ttft_ms:.1f} ms)")
+    shown = next((q for q in scored if q["kind"] == "now_color"), None)
+    if shown is not None:
+        question = shown["text"]
+        print("\na question through the Ask action (streamed feedback):")
+        print(f"  Q: {question} (no options)\n  A: ", end="", flush=True)
+        pieces = []
 
-    def show(partial: str, new_text: str) -> None:
-        pieces.append(new_text)
-        print(new_text, end="", flush=True)
+        def show(partial: str, new_text: str) -> None:
+            pieces.append(new_text)
+            print(new_text, end="", flush=True)
 
-    result = client.ask_streaming(STREAMED_QUESTION, max_new_tokens=24, on_text=show)
-    print(f"\n     ({len(pieces)} feedback messages; result success={result.success}, "
-          f"TTFT {result.ttft_ms:.1f} ms, total {result.total_ms:.1f} ms)")
-    refused = client.ask("What colour is it?", camera="/no/such/camera")
+        result = client.ask_streaming(question, max_new_tokens=8, on_text=show)
+        print(f"\n     ({len(pieces)} feedback messages; result success={result.success}, truth {shown['answer']!r})")
+    refused = client.ask("What color is the circle now?", camera="/no/such/camera")
     print(f"\na question about an unknown camera is refused: success={refused.success}, "
           f"error_message={refused.error_message!r}")
 
@@ -278,7 +303,9 @@ def run_demo(client, processes) -> int:
     if diag_seen.wait(timeout=5.0):
         print("\n/diagnostics (the camera is WARN, then ERROR, once the bag has ended: no frames since):")
         print_diagnostics(latest_diag[0], "streamcache_node")
-    print("\nnote: the bundled tiny model has random weights: its answers are meaningless (README).")
+    print(f"\naccuracy: {right}/{len(scored)} of the world's questions (chance is about "
+          f"{sum(1 / len(q['options']) for q in scored):.1f}/{len(scored)}); the bundled model is small and was "
+          "trained here on the shape world only (README).")
     return 0 if processes.alive() else 1
 
 
