@@ -18,7 +18,7 @@ length; its bytes there come from the formula and are labelled ``computed``.
 
 The data are random, so what HERMES and STCE select means nothing; the work they do is the real
 work at the real sizes. HERMES's guidance q/k come from random embeddings of the real prompt lengths
-(hermes_spec §12: 20 / 22 / 43 tokens) through a random projection of the real size; H2SVC's head map
+(docs/hermes.md §12: 20 / 22 / 43 tokens) through a random projection of the real size; H2SVC's head map
 is random scores split 10/40/50 by SAP's rule (sap.py).
 
     python bench/cache_cost.py [--models llava_onevision-7b qwen2_5_vl-7b] [--max-frames 2048]
@@ -60,7 +60,7 @@ class Shape:
     max_position_embeddings: int
     unit_grid: tuple[int, int]  # merged tokens (rows, cols) of one stream unit
     frames_per_unit: int
-    prefix_tokens: int  # the system prompt (hermes_spec §1)
+    prefix_tokens: int  # the system prompt (docs/hermes.md §1)
     dtype: str
     t_stride: float = 1.0  # M-RoPE: t advance per unit
     rope_theta: float = 1e6
@@ -71,7 +71,7 @@ class Shape:
 
 
 SHAPES = {
-    # hermes_spec §1: SigLIP 27x27 pooled to 14x14 = 196 tokens per frame; 1D RoPE; the reference runs fp16
+    # docs/hermes.md §1: SigLIP 27x27 pooled to 14x14 = 196 tokens per frame; 1D RoPE; the reference runs fp16
     "llava_onevision-7b": Shape("llava_onevision-7b", "llava_onevision", 28, 28, 4, 128, 3584, None, 32768,
                                 (14, 14), 1, 13, "float16"),
     # a 448x448 frame: 32x32 patches of 14 px, merged 2x2 -> 16x16 = 256 tokens per temporal patch of 2 frames;
@@ -79,7 +79,7 @@ SHAPES = {
     "qwen2_5_vl-7b": Shape("qwen2_5_vl-7b", "qwen2_5_vl", 28, 28, 4, 128, 3584, (16, 24, 24), 128000,
                            (16, 16), 2, 14, "bfloat16", t_stride=4.0),
 }
-# hermes_spec §12: the guidance prompts' lengths with the real tokenizer (no history)
+# docs/hermes.md §12: the guidance prompts' lengths with the real tokenizer (no history)
 GUIDANCE_TOKENS = {"local": 20, "global": 22, "mixed": 43}
 
 

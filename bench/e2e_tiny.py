@@ -25,7 +25,7 @@ from streamcache_ros.engine.factory import build_session
 MODELS = ["tiny-qwen2_5_vl", "tiny-llava_onevision"]
 QUESTION = "What happened in the video?"
 # fifo/hermes keep this many stream units per layer: about H2SVC's mean over heads with its defaults
-# (0.1·4 + 0.4·16 + 0.5·64 = 38.8 units, h2svc_spec §7), so the bounded policies hold similar memory.
+# (0.1·4 + 0.4·16 + 0.5·64 = 38.8 units, docs/h2svc.md §7), so the bounded policies hold similar memory.
 BUDGET_UNITS = 40
 RATIO_KEYS = ("chunk_ms", "compress_ms", "ttft_ms", "decode_tok_s", "kv_bytes")
 

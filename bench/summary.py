@@ -1,4 +1,4 @@
-"""The README's Performance tables from a results folder (this machine's, or one a GPU run wrote).
+"""The tables of docs/performance.md from a results folder (this machine's, or one a GPU run wrote).
 
     python bench/summary.py [bench/results]
 """

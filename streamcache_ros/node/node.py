@@ -13,7 +13,7 @@ runs goes before the next question (engine/turns.py), so ingest waits for one qu
 Status timers never wait for the session's lock: they publish the snapshot taken after the last
 chunk / question / reset.
 
-Faults (README "Reliability"): a bad image is rejected with its reason and counted; a bad question
+Faults (docs/reliability.md): a bad image is rejected with its reason and counted; a bad question
 is refused with a specific error_message and the memory unchanged; a chunk that fails (the model
 raising, CUDA out of memory) is dropped and reported while ingest goes on; nothing a camera or a
 client sends can end the process.

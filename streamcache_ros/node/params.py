@@ -1,9 +1,10 @@
 """The node's ROS parameters: declared with descriptors (type, range, description), read, validated.
 
-Names are CONTRACT.md's. Every engine parameter (``engine.factory.ENGINE_DEFAULTS``) is declared, and
-every registered policy's own constructor arguments as "<policy>.<argument>" (``hermes.reindex``,
-``h2svc.w_s``), so a YAML for any policy works as soon as the policy is registered. A bad value
-becomes a ConfigError naming the parameter (the node then exits with code 2 and that one line).
+Names are those of docs/interfaces.md (other nodes and launch files rely on them). Every engine
+parameter (``engine.factory.ENGINE_DEFAULTS``) is declared, and every registered policy's own
+constructor arguments as "<policy>.<argument>" (``hermes.reindex``, ``h2svc.w_s``), so a YAML for
+any policy works as soon as the policy is registered. A bad value becomes a ConfigError naming the
+parameter (the node then exits with code 2 and that one line).
 """
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from ..engine.errors import ConfigError
 from ..engine.factory import ENGINE_DEFAULTS
 from .image_conversion import DEFAULT_MAX_PIXELS
 
-# CONTRACT: hermes once it is registered, fifo until then
+# the default policy (docs/interfaces.md, "Parameters")
 DEFAULT_POLICY = "hermes" if "hermes" in POLICIES else "fifo"
 DEFAULT_CAMERA = "/camera/image_raw"
 
@@ -86,7 +87,7 @@ def engine_specs() -> dict[str, Spec]:
         if name == "policy":
             default = DEFAULT_POLICY
         low, high = RANGES.get(name, (None, None))
-        specs[name] = Spec(default, DESCRIPTIONS.get(name, "Engine parameter (README: Parameters)"), low, high)
+        specs[name] = Spec(default, DESCRIPTIONS.get(name, "Engine parameter (docs/interfaces.md)"), low, high)
     return specs
 
 

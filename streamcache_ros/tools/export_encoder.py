@@ -15,7 +15,7 @@ import sys
 
 import numpy as np
 
-ATOL = 1e-4  # float32 embeddings, torch vs onnxruntime (README: Vision encoder through onnxruntime)
+ATOL = 1e-4  # float32 embeddings, torch vs onnxruntime (docs/vision-encoder.md, "Equality")
 
 
 def _frame_size(text: str) -> tuple[int, int]:

@@ -1,4 +1,4 @@
-"""streamcache-profile: H2SVC's offline head profiling (SAP, h2svc_spec §2) into a head map file.
+"""streamcache-profile: H2SVC's offline head profiling (SAP, docs/h2svc.md §2) into a head map file.
 
     streamcache-profile --model tiny-qwen2_5_vl --input synthetic --output head_map.json
     streamcache-profile --model Qwen/Qwen2.5-VL-7B-Instruct --input ~/clips --output qwen7b_heads.json
@@ -87,7 +87,7 @@ def profile_video(adapter: ModelAdapter, recorder: AttentionRecorder, frames: li
         recorder.mode = "visual"
         adapter.forward(embeds[None], NewTokens(rel, units, torch.zeros_like(units)), recorder)
         next_unit += inputs.num_units
-    # the question as the chat template has it; only the question's own tokens are measured (§2.3)
+    # the question as the chat template has it; only the question's own tokens are measured (docs/h2svc.md §2.3)
     recorder.mode = ""
     newline = adapter.tokenizer("\n", add_special_tokens=False).input_ids
     adapter.forward(adapter.embed_text(newline), adapter.text_tokens(len(newline)), recorder)
@@ -242,7 +242,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", default="tiny-qwen2_5_vl", help="bundled model name, local path or hub id")
     parser.add_argument("--input", default="synthetic", help="synthetic | frames folder | animated image | rosbag2")
     parser.add_argument("--output", default="h2svc_head_map.json", help="head map file to write (JSON)")
-    parser.add_argument("--videos", type=int, default=16, help="videos to profile (spec: 16-32)")
+    parser.add_argument("--videos", type=int, default=16, help="videos to profile (16-32: docs/h2svc.md §2.1)")
     parser.add_argument("--units", type=int, default=32,
                         help="stream units per video, N_v (a unit is 2 frames on Qwen2.5-VL)")
     parser.add_argument("--question", default=DEFAULT_QUESTION)

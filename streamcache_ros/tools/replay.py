@@ -9,8 +9,9 @@ padding are exactly the camera's. Timing follows the recording times, divided by
 
 ``--lock-step`` waits, after each message, until streamcache_node acknowledges it on
 ``<namespace>/frame_acks`` (taken into memory, or skipped by sampling, or rejected), so the node
-sees every frame at any replay speed and its memory ends the same every run (CLARIFICATIONS: live
-cameras keep "latest frame, drop when busy"; the replay tool waits instead). ``--ros-args -r
+sees every frame at any replay speed and its memory ends the same every run (docs/reliability.md,
+"Replaying a bag deterministically": live cameras keep "latest frame, drop when busy"; the replay
+tool waits instead). ``--ros-args -r
 /camera/image_raw:=/other`` remaps topics as usual.
 
 Exit codes: 0 done, 1 the node stopped acknowledging, 2 bad arguments or bag, 3 nobody subscribed.

@@ -15,7 +15,7 @@ PACKAGE = "streamcache_ros"
 def ros2_launch_unavailable(checkout: pathlib.Path) -> str:
     """'' when `ros2 launch streamcache_ros live.launch.py` runs ``checkout``'s files, else why not."""
     if shutil.which("ros2") is None:
-        return "the ros2 CLI is not installed (no system ROS 2, no ros2 CLI wheels: see the README)"
+        return "the ros2 CLI is not installed (no system ROS 2, no ros2 CLI wheels: see docs/setup.md)"
     try:
         import launch_ros  # noqa: F401, PLC0415
         from ament_index_python.packages import get_package_share_directory  # noqa: PLC0415
