@@ -158,9 +158,12 @@ TRAINED_KINDS = world.OPTION_KINDS
 
 
 def stream_length(rng: np.random.Generator, progress: float) -> int:
-    """Short streams first (the vision tower learns the frames), longer ones as training goes on."""
-    longest = int(48 + (512 - 48) * min(1.0, progress * 1.6))
-    return int(np.exp(rng.uniform(np.log(6), np.log(longest))))
+    """A curriculum: streams of 4-16 frames first, so the vision tower and the question's attention
+    learn to read one frame (cheap, many steps); then the longest stream grows to 512 frames by 70%
+    of the run, lengths drawn log-uniformly so short streams stay common."""
+    grow = min(1.0, max(0.0, (progress - 0.15) / 0.55))
+    longest = int(16 * (512 / 16) ** grow)
+    return int(np.exp(rng.uniform(np.log(4), np.log(longest + 1))))
 
 
 def sample_example(seed: int, progress: float, questions_per_stream: int = 12):
@@ -210,7 +213,8 @@ def main() -> None:
     parser.add_argument("--work", type=pathlib.Path, help="log and checkpoint folder (default: data/train-<family>)")
     parser.add_argument("--minutes", type=float, default=60.0, help="training time, resumed runs included")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--lr", type=float, default=2e-3)
+    parser.add_argument("--lr", type=float, default=3e-4,
+                        help="peak learning rate (2e-3 never learned to read the frames in a trial here)")
     parser.add_argument("--accumulate", type=int, default=2, help="streams per optimizer step")
     parser.add_argument("--eval-every", type=float, default=5.0, help="minutes between held-out evaluations")
     parser.add_argument("--eval-streams", type=int, default=24)
@@ -228,7 +232,7 @@ def main() -> None:
     model = adapter.model
     model.train()
     params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(params, lr=args.lr, weight_decay=0.01, betas=(0.9, 0.98))
+    optimizer = torch.optim.AdamW(params, lr=args.lr, weight_decay=0.01, betas=(0.9, 0.99))
     state = {"step": 0, "elapsed": 0.0, "streams": 0}
     if args.resume and checkpoint.exists():
         saved = torch.load(checkpoint, weights_only=False)
