@@ -207,17 +207,23 @@ class WorldStream:
         last = self.truth[n - STABLE_FRAMES:n]
         return len(last) == STABLE_FRAMES and all(f == last[0] for f in last)
 
-    def questions(self, n: int, rng: np.random.Generator | None = None, kinds=QUESTION_KINDS) -> list[Question]:
-        """One question of each kind in ``kinds`` whose precondition holds after ``n`` frames (seen:
-        a 'yes' or a 'no' with even odds)."""
+    def questions(self, n: int, rng: np.random.Generator | None = None, kinds=QUESTION_KINDS,
+                  per_kind: int = 1) -> list[Question]:
+        """Up to ``per_kind`` different questions of each kind in ``kinds`` whose precondition holds
+        after ``n`` frames (seen: 'yes' or 'no' with even odds each time)."""
         if not self.is_still(n):
             raise ValueError(f"no question after {n} frames: the last {STABLE_FRAMES} frames are not one state")
         rng = rng or np.random.default_rng((self.seed, n, 2))
         out = []
         for kind in kinds:
-            q = ASKERS[kind](self, n, rng)
-            if q is not None:
-                out.append(q)
+            texts: set[str] = set()
+            for _ in range(3 * per_kind):
+                if len(texts) == per_kind:
+                    break
+                q = ASKERS[kind](self, n, rng)
+                if q is not None and q.text not in texts:
+                    texts.add(q.text)
+                    out.append(q)
         return out
 
     def identity_frames(self, identity: tuple[str, str], n: int) -> list[int]:

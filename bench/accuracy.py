@@ -1,0 +1,431 @@
+"""Accuracy against KV memory for every policy, on held-out shape-world streams (docs/world.md).
+
+    python bench/accuracy.py                                  # the table, the sweep, the node check
+    python bench/accuracy.py --model world-llava_onevision --short-streams 150 --long-streams 50
+    python bench/accuracy.py --lengths 32 64 --short-streams 20 --no-node     # a quick look
+
+Every stream is a seeded world stream the training never saw (seeds from 500 000 000; training
+draws from 100 000 000 and validates on 900 000 000). Frames go through the real path: a `Session`
+per policy over one shared model (the vision encoder runs once per chunk for all of them), the
+node's defaults (`sample_fps` 1.0, `chunk_frames` 8), then every question kind whose precondition
+holds is asked with its options and scored by `option_index`.
+
+Policies are compared at equal KV bytes: each bounded policy's own knobs (`budget_tokens` for
+fifo / hermes / uniform, `w_s` / `w_w` / `n_e` for h2svc) are set per stream so that what it holds at
+steady state is ``--fraction`` (default 1/8) of what the full cache holds at the longest length;
+the bytes actually held are measured and reported, and the run says where they differ by more than
+5%. ``--sweep`` repeats the longest length at several fractions. One configuration also runs
+through the node over DDS, on replayed world bags, and must give the Session's answers.
+
+Output: a table per length (kind x policy: accuracy, 95% Wilson interval, n), the long-memory
+subset (first_*, seen, where the evidence is older than the window a FIFO of the same bytes
+holds), JSON with every answer, and a plot of accuracy against KV bytes.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+import pathlib
+import sys
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+
+import numpy as np
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from common import ROOT, machine, table  # noqa: E402
+
+from streamcache_ros import world  # noqa: E402
+
+POLICIES = ("full", "fifo", "hermes", "h2svc", "uniform")
+LENGTHS = (32, 64, 128, 512)
+ACCURACY_SEED = 500_000_000
+SHORT_POINTS = (32, 64, 128)  # asked along one 128-frame stream
+SWEEP_FRACTIONS = (1 / 16, 1 / 8, 1 / 4)
+REPORTED = ROOT / "bench" / "reported"
+FIGURES = ROOT / "bench" / "figures"
+SCORED_KINDS = world.OPTION_KINDS
+LONG_MEMORY = ("first_color", "first_shape", "seen")
+
+
+# -- equal bytes -----------------------------------------------------------------------------------
+@dataclass
+class Geometry:
+    prefix: int  # system-prompt tokens (every layer, every head keeps them)
+    tokens_per_unit: int  # for this stream's frame size
+    frames_per_unit: int
+    bank_fractions: tuple[float, float, float]  # H2SVC: share of KV heads per bank
+
+
+def policy_knobs(policy: str, target_tokens: float, g: Geometry) -> dict:
+    """The policy's own parameters that make it hold ``target_tokens`` per layer (mean over KV heads
+    for h2svc) at steady state, prefix included."""
+    video = max(target_tokens - g.prefix, g.tokens_per_unit)
+    if policy == "full":
+        return {}
+    if policy in ("fifo", "uniform"):
+        return {"budget_tokens": int(round(video))}
+    if policy == "hermes":
+        return {"budget_tokens": int(round(video + g.prefix))}  # docs/hermes.md §2: the prefix counts
+    if policy == "h2svc":
+        units = video / g.tokens_per_unit  # units per head, on average over the banks
+        f_s, f_w, f_e = g.bank_fractions
+        # the paper's proportions W_s : W_w : N_e = 4 : 16 : 64, scaled to the bytes
+        scale = units / (4 * f_s + 16 * f_w + 64 * f_e)
+        w_s, w_w = max(1, round(4 * scale)), max(1, round(16 * scale))
+        n_e = max(2, round((units - f_s * w_s - f_w * w_w) / f_e)) if f_e else 2
+        return {"w_s": w_s, "w_w": w_w, "n_e": n_e}
+    raise ValueError(f"no knobs for policy '{policy}'")
+
+
+def window_frames(target_tokens: float, g: Geometry) -> int:
+    """The frames a FIFO holding ``target_tokens`` per layer keeps: evidence older than this is
+    what only a long memory can answer from."""
+    return int((target_tokens - g.prefix) // g.tokens_per_unit) * g.frames_per_unit
+
+
+# -- the model, once -------------------------------------------------------------------------------
+class SharedEncoder:
+    """The adapter's vision encoder, run once per chunk for every session fed the same frames."""
+
+    def __init__(self, inner):
+        self.inner = inner
+        self.name = getattr(inner, "name", "torch")
+        self.memo: dict[str, object] = {}
+
+    def __call__(self, tensors):
+        key = hashlib.blake2b(b"".join(t.numpy().tobytes() for t in tensors.values()), digest_size=16).hexdigest()
+        if key not in self.memo:
+            if len(self.memo) > 16:
+                self.memo.clear()
+            self.memo[key] = self.inner(tensors)
+        return self.memo[key]
+
+
+def load(model: str):
+    from streamcache_ros.engine import load_adapter  # noqa: PLC0415
+
+    adapter = load_adapter(model, device="cpu", dtype="float32")
+    adapter.vision_encoder = SharedEncoder(adapter.vision_encoder)
+    return adapter
+
+
+def geometry_for(adapter, look: world.Look, head_map_path: str) -> Geometry:
+    probe = np.zeros((look.height, look.width, 3), np.uint8)
+    inputs = adapter.preprocess([probe] * adapter.frames_per_unit)
+    fractions = head_map_fractions(head_map_path) if head_map_path else (0.0, 0.0, 0.0)
+    return Geometry(len(adapter.prefix_ids), inputs.tokens_per_unit, adapter.frames_per_unit, fractions)
+
+
+def head_map_fractions(path: str) -> tuple[float, float, float]:
+    """The share of KV heads in each H2SVC bank, by the head map's default ratios."""
+    from streamcache_ros.engine.cache.sap import DEFAULT_RATIOS, HeadMap  # noqa: PLC0415
+
+    bank = HeadMap.load(path).bank_ids(DEFAULT_RATIOS, "head")
+    total = bank.numel()
+    return tuple(float((bank == b).sum()) / total for b in range(3))
+
+
+def make_session(adapter, policy: str, knobs: dict, head_map_path: str):
+    from streamcache_ros.engine import Session, SessionConfig, make_policy  # noqa: PLC0415
+
+    params = dict(knobs)
+    if policy == "h2svc":
+        params["head_map_path"] = head_map_path
+    return Session(adapter, make_policy(policy, **params), SessionConfig(chunk_frames=8))
+
+
+# -- running streams ---------------------------------------------------------------------------------
+def run_stream(adapter, seed: int, points: list[int], fractions: dict[str, float], head_map_path: str,
+               per_kind: int, policies: tuple[str, ...], reference_fraction: float = 1 / 8) -> list[dict]:
+    """One held-out stream of ``max(points)`` frames through one session per (policy, fraction);
+    every question kind asked after each of ``points`` frames. One record per (session, question).
+    The full cache's long-memory questions are those older than ``reference_fraction``'s window."""
+    length = max(points)
+    stream = world.make_stream(seed, length, question_points=points)
+    g = geometry_for(adapter, stream.look, head_map_path)
+    full_longest = g.prefix + math.ceil(max(LENGTHS) / g.frames_per_unit) * g.tokens_per_unit
+    sessions = []
+    for policy in policies:
+        for label, fraction in (fractions.items() if policy != "full" else [("full", 1.0)]):
+            target = fraction * full_longest
+            knobs = policy_knobs(policy, target, g)
+            window = window_frames((reference_fraction if policy == "full" else fraction) * full_longest, g)
+            sessions.append((policy, label, fraction, knobs, window,
+                             make_session(adapter, policy, knobs, head_map_path)))
+    records = []
+    for i in range(length):
+        rgb = stream.frame(i)
+        for *_, session in sessions:
+            session.add_frame(rgb, stamp=stream.stamp(i))
+        n = i + 1
+        if n not in points:
+            continue
+        questions = stream.questions(n, np.random.default_rng((seed, n, 3)), SCORED_KINDS, per_kind)
+        for policy, label, fraction, knobs, window, session in sessions:
+            for q in questions:
+                answer = session.ask(q.text, q.options)
+                status = session.status()
+                records.append({
+                    "seed": seed, "length": n, "policy": policy, "config": label, "fraction": fraction,
+                    "knobs": knobs, "kind": q.kind, "question": q.text, "truth": q.answer_index,
+                    "answer": answer.text, "option_index": answer.option_index,
+                    "correct": answer.option_index == q.answer_index,
+                    "evidence_age": (n - 1 - max(q.evidence_frames)) if q.evidence_frames else None,
+                    "window_frames": window, "kv_bytes": status.cache.kv_bytes,
+                    "kv_tokens": status.cache.kv_tokens, "frames_in_memory": status.frames_in_memory,
+                    "tokens_per_unit": g.tokens_per_unit,
+                    "look": [stream.look.width, stream.look.height, stream.look.encoding]})
+    return records
+
+
+def long_memory(record: dict) -> bool:
+    """first_* always; seen when its evidence (a 'yes') is older than the window, or a 'no'
+    (an identity never in view: telling it from one seen long ago is what the question tests)."""
+    if record["kind"] not in LONG_MEMORY:
+        return False
+    age = record["evidence_age"]
+    return age is None or age >= record["window_frames"]
+
+
+# -- statistics ----------------------------------------------------------------------------------------
+def wilson(hits: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    if n == 0:
+        return (0.0, 0.0)
+    p = hits / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return (max(0.0, centre - half), min(1.0, centre + half))
+
+
+def cell(records: list[dict]) -> dict:
+    n, hits = len(records), sum(r["correct"] for r in records)
+    lo, hi = wilson(hits, n)
+    return {"n": n, "accuracy": hits / n if n else None, "ci95": [round(lo, 3), round(hi, 3)],
+            "kv_bytes": float(np.mean([r["kv_bytes"] for r in records])) if records else None}
+
+
+def summarise(records: list[dict]) -> dict:
+    by = defaultdict(list)
+    for r in records:
+        by[(r["length"], r["config"], r["policy"], r["kind"])].append(r)
+        by[(r["length"], r["config"], r["policy"], "all")].append(r)
+        if long_memory(r):
+            by[(r["length"], r["config"], r["policy"], "long_memory")].append(r)
+    return {"|".join(map(str, k)): cell(v) for k, v in sorted(by.items(), key=lambda kv: str(kv[0]))}
+
+
+def cells_filled(records: list[dict], points, policy: str, minimum: int) -> bool:
+    counts = defaultdict(int)
+    for r in records:
+        if r["policy"] == policy:
+            counts[(r["length"], r["kind"])] += 1
+    return all(counts[(n, k)] >= minimum for n in points for k in SCORED_KINDS)
+
+
+def bytes_check(records: list[dict]) -> list[str]:
+    """Bounded policies at one fraction, on one stream, at the end: within 5% of each other."""
+    out = []
+    by = defaultdict(dict)
+    for r in records:
+        if r["policy"] != "full":
+            by[(r["seed"], r["length"], r["config"])][r["policy"]] = r["kv_bytes"]
+    for (seed, length, label), held in by.items():
+        if length != max(LENGTHS) or len(held) < 2:
+            continue
+        low, high = min(held.values()), max(held.values())
+        if high > 1.05 * low:
+            out.append(f"seed {seed} {label}: {held}")
+    return out
+
+
+# -- the node, over DDS --------------------------------------------------------------------------------
+def node_check(model: str, policy: str, streams: int, length: int, fraction: float, head_map_path: str,
+               work: pathlib.Path) -> dict:
+    """World bags replayed (lock-step) into streamcache_node; the questions asked over DDS; the
+    answers compared with a Session fed the same frames."""
+    import node_harness as harness  # noqa: PLC0415
+
+    from streamcache_ros.client.client import StreamCacheClient  # noqa: PLC0415
+    from streamcache_ros.tools.bagfile import DEFAULT_START_NS, make_world_bag, read_world_questions  # noqa: PLC0415
+
+    adapter = load(model)
+    work.mkdir(parents=True, exist_ok=True)
+    seeds = [ACCURACY_SEED + 9_000_000 + i for i in range(streams)]
+    first = world.make_stream(seeds[0], length)
+    g = geometry_for(adapter, first.look, head_map_path)
+    # one node, one configuration: the knobs of the first stream's frame size, frames of that size
+    full_longest = g.prefix + math.ceil(max(LENGTHS) / g.frames_per_unit) * g.tokens_per_unit
+    knobs = policy_knobs(policy, fraction * full_longest, g)
+    params = {"model_path": model, "policy": policy, "device": "cpu",
+              **{(f"{policy}.{k}" if k != "budget_tokens" else k): v for k, v in knobs.items()}}
+    domain = harness.new_domain()
+    env = harness.child_env(domain)
+    namespace = "/accuracy"
+    node = harness.start(harness.node_command(namespace, params), env, work / "node.log")
+    import os  # noqa: PLC0415
+
+    os.environ["ROS_DOMAIN_ID"] = str(domain)
+    client = StreamCacheClient(namespace, timeout=180.0)
+    results = []
+    try:
+        for k, seed in enumerate(seeds):
+            look = world.Look(**{**world.make_stream(seed, 4).look.__dict__, "width": first.look.width,
+                                 "height": first.look.height})
+            bag = make_world_bag(work / f"bag{k}", seed, length, look=look, overwrite=True,
+                                 start_ns=DEFAULT_START_NS + k * 100_000 * 1_000_000_000)
+            client.reset_memory()
+            done = harness.subprocess.run(harness.replay_command(bag, namespace), env=env, cwd=ROOT,
+                                          capture_output=True, text=True, timeout=harness.GUARD_S)
+            if done.returncode != 0:
+                raise RuntimeError(f"replay failed: {done.stdout[-500:]} {done.stderr[-500:]}")
+            session = make_session(adapter, policy, knobs, head_map_path)
+            stream = world.make_stream(seed, length, look=look)
+            for i in range(length):
+                session.add_frame(stream.frame(i), stamp=float(i))
+            for q in read_world_questions(bag)["questions"]:
+                if not q["options"]:
+                    continue
+                r = client.ask(q["text"], q["options"])
+                mine = session.ask(q["text"], q["options"])
+                results.append({"seed": seed, "kind": q["kind"], "truth": q["answer_index"],
+                                "node": r.option_index, "node_ok": r.success, "session": mine.option_index})
+    finally:
+        client.close()
+        harness.stop(node)
+    agree = sum(r["node"] == r["session"] for r in results)
+    hits = sum(r["node"] == r["truth"] for r in results)
+    return {"policy": policy, "knobs": knobs, "streams": streams, "length": length, "questions": len(results),
+            "node_accuracy": hits / len(results) if results else None, "ci95": wilson(hits, len(results)),
+            "same_answer_as_session": agree, "answers": results}
+
+
+# -- output ----------------------------------------------------------------------------------------------
+def print_tables(summary: dict, lengths, policies, label: str) -> None:
+    for length in lengths:
+        rows = []
+        for kind in (*SCORED_KINDS, "long_memory", "all"):
+            row = {"kind": kind}
+            for policy in policies:
+                c = summary.get(f"{length}|{'full' if policy == 'full' else label}|{policy}|{kind}")
+                row[policy] = (f"{c['accuracy']:.2f} [{c['ci95'][0]:.2f}, {c['ci95'][1]:.2f}] n={c['n']}"
+                               if c and c["n"] else "")
+            rows.append(row)
+        print(f"\n{length} frames (bounded policies at {label} of the full cache's bytes at {max(LENGTHS)} frames)")
+        print(table(rows, [("kind", "kind"), *[(p, p) for p in policies]]))
+
+
+def plot(summary: dict, policies, path: pathlib.Path, model: str) -> None:
+    import matplotlib  # noqa: PLC0415
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # noqa: PLC0415
+
+    length = max(LENGTHS)
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    for ax, kind, title in ((axes[0], "all", "all questions"), (axes[1], "long_memory", "long-memory questions")):
+        for policy in policies:
+            points = sorted((c["kv_bytes"], c["accuracy"], c["ci95"]) for key, c in summary.items()
+                            if key.startswith(f"{length}|") and key.endswith(f"|{policy}|{kind}") and c["n"])
+            if not points:
+                continue
+            xs = [p[0] / 1024 for p in points]
+            ys = [p[1] for p in points]
+            err = [[y - p[2][0] for y, p in zip(ys, points)], [p[2][1] - y for y, p in zip(ys, points)]]
+            ax.errorbar(xs, ys, yerr=err, marker="o", capsize=3, label=policy)
+        ax.set_xscale("log")
+        ax.set_xlabel("KV cache held at the question (KiB, log scale)")
+        ax.set_ylabel("accuracy")
+        ax.set_ylim(0, 1.02)
+        ax.set_title(f"{title}, {length}-frame streams")
+        ax.grid(alpha=0.3)
+        ax.legend()
+    fig.suptitle(f"{model}: accuracy against KV memory (95% intervals)")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+
+
+def main(argv=None) -> int:
+    from streamcache_ros.engine.models import DEFAULT_MODEL  # noqa: PLC0415
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default=DEFAULT_MODEL)
+    parser.add_argument("--policies", nargs="+", default=list(POLICIES))
+    parser.add_argument("--lengths", nargs="+", type=int, default=list(LENGTHS))
+    parser.add_argument("--fraction", type=float, default=1 / 8, help="bounded bytes / full bytes at the longest length")
+    parser.add_argument("--min-questions", type=int, default=100, help="per cell (kind x length x policy)")
+    parser.add_argument("--short-streams", type=int, default=300,
+                        help="128-frame streams at most, asked after 32, 64 and 128 frames")
+    parser.add_argument("--long-streams", type=int, default=100, help="512-frame streams")
+    parser.add_argument("--per-kind", type=int, default=3, help="questions of one kind per point at most")
+    parser.add_argument("--sweep-streams", type=int, default=40,
+                        help="of the 512-frame streams, how many also run the budget sweep")
+    parser.add_argument("--no-node", action="store_true")
+    parser.add_argument("--node-policy", default="hermes")
+    parser.add_argument("--node-streams", type=int, default=12)
+    parser.add_argument("--out", type=pathlib.Path, default=REPORTED)
+    args = parser.parse_args(argv)
+    import torch  # noqa: PLC0415
+
+    adapter = load(args.model)
+    from streamcache_ros.engine.adapters import read_model_settings  # noqa: PLC0415
+    from streamcache_ros.engine.cache import POLICIES as REGISTERED  # noqa: PLC0415
+    from streamcache_ros.engine.models import resolve_model_path  # noqa: PLC0415
+
+    folder = pathlib.Path(resolve_model_path(args.model))
+    head_map_path = str(folder / "h2svc_head_map.json") if (folder / "h2svc_head_map.json").is_file() else ""
+    policies = tuple(p for p in args.policies if p in REGISTERED and (p != "h2svc" or head_map_path))
+    label = f"1/{round(1 / args.fraction)}"
+    main_fraction = {label: args.fraction}
+    sweep_fractions = {f"1/{round(1 / f)}": f for f in SWEEP_FRACTIONS} | main_fraction
+    records, started = [], time.perf_counter()
+    short = [n for n in args.lengths if n in SHORT_POINTS]
+    for i in range(args.short_streams if short else 0):
+        records += run_stream(adapter, ACCURACY_SEED + i, short, main_fraction, head_map_path, args.per_kind,
+                              policies, args.fraction)
+        if cells_filled(records, short, policies[0], args.min_questions):
+            break
+        if i % 25 == 24:
+            print(f"  {i + 1} streams of {max(short)} frames, {time.perf_counter() - started:.0f} s", flush=True)
+    if short:
+        print(f"{max(short)}-frame streams: {i + 1}, {time.perf_counter() - started:.0f} s", flush=True)
+    for i in range(args.long_streams if max(LENGTHS) in args.lengths else 0):
+        fractions = sweep_fractions if i < args.sweep_streams else main_fraction
+        records += run_stream(adapter, ACCURACY_SEED + 5_000_000 + i, [max(LENGTHS)], fractions, head_map_path,
+                              args.per_kind, policies, args.fraction)
+        if i % 10 == 9:
+            print(f"  {i + 1} streams of {max(LENGTHS)} frames, {time.perf_counter() - started:.0f} s", flush=True)
+    sweep = [r for r in records if r["length"] == max(LENGTHS) and r["seed"] < ACCURACY_SEED + 5_000_000 +
+             args.sweep_streams]
+    records = [r for r in records if r["config"] in (label, "full")]
+    summary = summarise(records)
+    print_tables(summary, args.lengths, policies, label)
+    node = None if args.no_node else node_check(args.model, args.node_policy, args.node_streams, 64, args.fraction,
+                                                head_map_path, ROOT / "bench" / "results" / "accuracy-node")
+    if node:
+        print(f"\nnode over DDS ({node['policy']}, {node['streams']} streams of 64 frames): accuracy "
+              f"{node['node_accuracy']:.3f}, the Session's answer in {node['same_answer_as_session']}/{node['questions']}")
+    mismatched = bytes_check(records + [r for r in sweep if r["config"] != label])
+    print("\nequal bytes: " + ("all within 5%" if not mismatched else f"{len(mismatched)} streams off by > 5%"))
+    sweep_summary = summarise(sweep) if sweep else {}
+    name = f"accuracy-{pathlib.Path(args.model).name}"
+    out = {"machine": machine("cpu"), "model": args.model, "policies": policies, "lengths": args.lengths,
+           "fraction": args.fraction, "options_prompt": read_model_settings(str(folder)).get("options_prompt"),
+           "seconds": round(time.perf_counter() - started), "summary": summary, "sweep": sweep_summary,
+           "bytes_mismatch": mismatched, "node": node, "records": records,
+           "sweep_records": [r for r in sweep if r["config"] not in (label, "full")]}
+    args.out.mkdir(parents=True, exist_ok=True)
+    path = args.out / f"{name}.json"
+    path.write_text(json.dumps(out, indent=1, default=str) + "\n")
+    if sweep_summary:
+        plot(sweep_summary, policies, FIGURES / f"{name}.png", args.model)
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
