@@ -12,6 +12,10 @@ was when asked. The target is the right option's words, then the end-of-turn tok
 A log line (loss, held-out accuracy) goes to <work>/train.log; a checkpoint to <work>/checkpoint.pt
 every few minutes, from which --resume continues (same seed, same stream order). The finished model
 is written with save_pretrained to --out. Deterministic for a given seed and thread count.
+
+--minutes is CPU time: the run stops once the process has used minutes x --threads CPU-minutes
+(60 minutes on 2 cores = 120 CPU-minutes), so other work on the machine does not shorten training.
+Wall time is logged beside it.
 """
 from __future__ import annotations
 
@@ -220,6 +224,8 @@ def main() -> None:
     parser.add_argument("--eval-streams", type=int, default=24)
     parser.add_argument("--resume", action="store_true")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--cpu-per-wall", type=float, default=None,
+                        help="resuming a checkpoint that predates CPU accounting: CPU cores it used on average")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     out = args.out or ROOT / "streamcache_ros" / "models" / BUNDLED_NAMES[args.family]
@@ -233,14 +239,16 @@ def main() -> None:
     model.train()
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=args.lr, weight_decay=0.01, betas=(0.9, 0.99))
-    state = {"step": 0, "elapsed": 0.0, "streams": 0}
+    state = {"step": 0, "elapsed": 0.0, "streams": 0, "cpu_seconds": 0.0}
     if args.resume and checkpoint.exists():
         saved = torch.load(checkpoint, weights_only=False)
         model.load_state_dict(saved["model"])
         optimizer.load_state_dict(saved["optimizer"])
         state = saved["state"]
-        print(f"resumed at step {state['step']} after {state['elapsed'] / 60:.1f} min", flush=True)
-    budget = args.minutes * 60
+        if "cpu_seconds" not in state:  # wall-clock accounting before: all cores busy, unless measured
+            state["cpu_seconds"] = state["elapsed"] * (args.cpu_per_wall or args.threads)
+        print(f"resumed at step {state['step']} after {state['cpu_seconds'] / 60:.1f} CPU-min", flush=True)
+    budget = args.minutes * 60 * args.threads  # CPU-seconds
     held_out = [HELD_OUT_SEED + i for i in range(args.eval_streams)]
     log = open(log_path, "a", encoding="utf-8")
 
@@ -253,13 +261,14 @@ def main() -> None:
     write({"event": "start", "family": args.family, "seed": args.seed, "threads": args.threads,
            "params": sum(p.numel() for p in params), **state})
     started = time.perf_counter() - state["elapsed"]
+    cpu_started = time.process_time() - state["cpu_seconds"]
     last_save = last_eval = time.perf_counter()
     losses, hits = [], []
     while True:
-        elapsed = time.perf_counter() - started
-        if elapsed >= budget:
+        state["cpu_seconds"] = time.process_time() - cpu_started
+        if state["cpu_seconds"] >= budget:
             break
-        progress = elapsed / budget
+        progress = state["cpu_seconds"] / budget
         lr = args.lr * min(1.0, (state["step"] + 1) / 100) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
         for group in optimizer.param_groups:
             group["lr"] = lr
@@ -282,7 +291,8 @@ def main() -> None:
         state["step"] += 1
         state["elapsed"] = time.perf_counter() - started
         if state["step"] % 20 == 0:
-            write({"step": state["step"], "minutes": round(state["elapsed"] / 60, 2), "lr": round(lr, 6),
+            write({"step": state["step"], "minutes": round(state["elapsed"] / 60, 2),
+                   "cpu_minutes": round(state["cpu_seconds"] / 60, 2), "lr": round(lr, 6),
                    "loss": round(float(np.mean(losses)), 4), "train_accuracy": round(float(np.mean(hits)), 3)})
             losses, hits = [], []
         now = time.perf_counter()
@@ -302,7 +312,8 @@ def main() -> None:
         if not name.endswith((".safetensors", "config.json")) or name == "preprocessor_config.json":
             (out / name).write_bytes((init_dir / name).read_bytes())
     _write_json(out / "training.json", {"family": args.family, "seed": args.seed, "steps": state["step"],
-                                        "streams": state["streams"], "minutes": round(state["elapsed"] / 60, 1),
+                                        "streams": state["streams"], "wall_minutes": round(state["elapsed"] / 60, 1),
+                                        "cpu_minutes": round(state["cpu_seconds"] / 60, 1),
                                         "threads": args.threads, "held_out": final})
     print(f"wrote {out}", flush=True)
 
