@@ -39,8 +39,7 @@ from streamcache_ros_interfaces.srv import Ask, LoadMemory, ResetMemory, SaveMem
 from ..engine.errors import (AnswerError, ChunkError, ConfigError, FrameError, ModelLoadError, SnapshotError,
                              StreamCacheError)
 from ..engine.factory import build_session
-from ..engine.faults import ENV as FAULTS_ENV
-from ..engine.faults import FaultPlan
+from ..engine import failpoints
 from ..engine.session import REPLACEMENT_CHARACTER
 from . import params
 from .diagnostics import NodeDiagnostics
@@ -135,12 +134,11 @@ class StreamCacheNode(LifecycleNode):
         values = params.read_all(self)
         params.validate_node_params(values)
         snapshot_path = check_path(str(values["memory_snapshot_path"]))
-        faults = FaultPlan.from_environment()  # before the model loads: a typo fails fast
+        faults = failpoints.arm_from_environment()  # before the model loads: a typo fails fast
         self.values = values
         self.session = build_session(params.engine_params(values))
         if faults is not None:
-            faults.install(self.session)
-            self.get_logger().warning(f"{FAULTS_ENV}={faults}: TEST faults are being injected")
+            self.get_logger().warning(f"{failpoints.ENV}={faults}: TEST faults are being injected")
         self.snapshots = SnapshotKeeper(snapshot_path, float(values["memory_snapshot_period_s"]))
         self._saved_at_stop = False
         restored = self.snapshots.restore(self.session)
