@@ -9,6 +9,7 @@ two frames (Qwen2.5-VL's temporal patch). Timeouts only guard against hangs.
 import json
 import subprocess
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -108,8 +109,13 @@ def test_lock_step_replay_then_the_service_and_the_action_answer(client, domain,
     before = client.memory_status()
     done = replay(domain, bags["short"], "--fast")
     assert "40 acknowledged" in done.stdout
+    asked = time.time()
     r = client.ask("What is on the table?")
+    answered = time.time()
     assert r.success, r.error_message
+    # freshness by the node's clock (the system clock here, as this test's): from the newest frame to the answer
+    newest = (START + 19 * S) / S
+    assert asked - newest - 1e-3 <= r.newest_frame_age_s <= answered - newest + 1e-3
     # 40 frames at 2 fps, sampled at 1 fps: stamps START + 0, 1, ..., 19 s, in 5 chunks of 4.
     # FIFO keeps 8 units of 2 frames: the newest 16 frames, START + 4 .. 19 s.
     assert r.frames_in_memory == 16
@@ -126,6 +132,7 @@ def test_lock_step_replay_then_the_service_and_the_action_answer(client, domain,
     result = client.ask_streaming("What is on the table?", on_text=lambda partial, new: pieces.append((partial, new)))
     assert result.success and result.error_message == ""
     assert result.answer == r.answer  # greedy, and answering leaves the cache as it was
+    assert result.newest_frame_age_s >= r.newest_frame_age_s  # the action result says it too, a little later
     assert pieces and "".join(new for _, new in pieces).strip() == result.answer
     assert all(b.startswith(a) for (a, _), (b, _) in zip(pieces, pieces[1:]))  # the partial answer grows
     assert result.frames_in_memory == 16 and near(result.newest_stamp, START + 19 * S)
