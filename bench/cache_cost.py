@@ -416,7 +416,7 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     common.add_common_args(parser)
     parser.add_argument("--models", nargs="+", default=list(SHAPES), choices=list(SHAPES))
-    parser.add_argument("--policies", nargs="+", default=["full", "fifo", "hermes", "h2svc"])
+    parser.add_argument("--policies", nargs="+", default=["full", "fifo", "uniform", "hermes", "h2svc"])
     parser.add_argument("--checkpoints", type=int, nargs="+", default=[16, 32, 64, 128, 256, 512, 1024, 2048],
                         help="stream lengths (frames) to report; the stream runs to the longest")
     parser.add_argument("--chunk-frames", type=int, default=16, help="frames per chunk (the reference: 16)")

@@ -383,3 +383,19 @@ def test_sigint_stops_the_node_cleanly(node, client):
     assert node.stop() == 0
     assert not node.alive()
     assert "Traceback" not in node.output()
+
+
+def test_the_uniform_policy_through_the_node(domain, bags, geometry):
+    """policy: uniform served by the node: the short bag's 20 sampled frames are 10 units; a budget of 4
+    units keeps units 0, 2, 5 and 9 (spread over the stream, the first and the newest kept)."""
+    ns = "/sc_uniform"
+    budget = 4 * geometry["tokens_per_unit"]
+    with Proc(tiny_node(ns, [CAM], policy="uniform", budget_tokens=budget), child_env(domain)) as proc, \
+            client_of(proc, domain, ns) as client:
+        replay_lock_step(domain, bags["short"], ns, "--fast")
+        r = client.ask("What is on the table?")
+        assert r.success and (r.method, r.error_message) == ("uniform", ""), r.error_message
+        assert r.frames_in_memory == 8 and near(r.oldest_stamp, START) and near(r.newest_stamp, START + 19 * S)
+        status = client.memory_status()
+        assert (status.policy, status.budget_tokens) == ("uniform", budget)
+        assert max(status.layer_tokens) == geometry["prefix"] + budget

@@ -14,8 +14,8 @@ from conftest import FAMILIES, make_variant, policy_for
 MAX_POSITIONS = 160
 MARGIN = 64  # lazy: renumber once positions pass 96
 CHUNK = 4
-SETTINGS = {"full": {}, "fifo": {"budget_tokens": 32}, "hermes": {"budget_tokens": 32},
-            "h2svc": {"w_s": 1, "w_w": 2, "n_e": 3}}
+SETTINGS = {"full": {}, "fifo": {"budget_tokens": 32}, "uniform": {"budget_tokens": 32},
+            "hermes": {"budget_tokens": 32}, "h2svc": {"w_s": 1, "w_w": 2, "n_e": 3}}
 FRAMES = {"full": 24}  # the full cache grows: a stream it can hold in the range; the others run long
 
 
@@ -44,7 +44,7 @@ def test_answers_keep_coming_through_many_reindexes(adapters, frames, family, na
         session.add_frame(frame, stamp=float(i), camera="/cam")  # a failing chunk would raise here
         stats = session.status().cache
         assert stats.max_position < MAX_POSITIONS
-        if name in ("fifo", "hermes"):
+        if name in ("fifo", "uniform", "hermes"):
             assert max(stats.layer_tokens) <= prefix + SETTINGS[name]["budget_tokens"]
         if name == "h2svc":  # a head holds the prefix and at most its window (N_e here) of units
             longest = max(int((g.store.units != PAD_UNIT).sum(dim=1).max()) for groups in policy.groups

@@ -1,4 +1,4 @@
-"""Cache policies behind one interface: ``full``, ``fifo`` (baselines), ``hermes``, ``h2svc``.
+"""Cache policies behind one interface: ``full``, ``fifo``, ``uniform`` (baselines), ``hermes``, ``h2svc``.
 
 A new policy is one file (its settings dataclass and its CachePolicy subclass) and one line in
 ``POLICIES``: the factory, the node's parameters and their descriptors follow from its settings.
@@ -16,11 +16,13 @@ from .hermes import HermesPolicy
 from .layerwise import LayerwisePolicy
 from .settings import GENERAL, PolicySettings, SettingError, SettingInfo
 from .store import KVStore
+from .uniform import UniformCachePolicy
 from .units import PAD_UNIT, PREFIX_UNIT, SUMMARY_UNIT, TEXT_UNIT
 
 POLICIES: dict[str, type[CachePolicy]] = {
     FullCachePolicy.name: FullCachePolicy,
     FifoCachePolicy.name: FifoCachePolicy,
+    UniformCachePolicy.name: UniformCachePolicy,
     HermesPolicy.name: HermesPolicy,
     H2svcPolicy.name: H2svcPolicy,
 }
