@@ -1,6 +1,6 @@
 """sensor_msgs Image / CompressedImage -> RGB uint8 [H, W, 3], or ImageRejected with a reason code.
 
-Validity (CLARIFICATIONS "Images"): a raw image is valid when its encoding is one of
+Validity (docs/interfaces.md "Images"): a raw image is valid when its encoding is one of
 rgb8/bgr8/mono8/rgba8/bgra8, ``step >= width * bytes_per_pixel`` and ``len(data) == step * height``;
 rows are read ``width * bpp`` bytes each and any row padding is skipped. Size rule: an image of more
 than ``max_pixels`` pixels (the node's ``max_image_pixels``, default 4096 x 4096, so an 8K frame of

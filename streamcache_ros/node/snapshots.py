@@ -1,6 +1,6 @@
 """The memory kept across restarts: parameter ``memory_snapshot_path`` (no rclpy here).
 
-Rule (README "Reliability"): with a path set, the node restores the snapshot there at configure
+Rule (docs/reliability.md): with a path set, the node restores the snapshot there at configure
 when the file exists, and writes its memory there (atomically: a temporary file, then a rename) at
 shutdown / cleanup, every ``memory_snapshot_period_s`` seconds of ingest when that is > 0, and on
 ``save_memory`` with an empty path. A snapshot of another model, policy or policy configuration is

@@ -1,4 +1,4 @@
-"""streamcache-profile: H2SVC's offline head profiling (SAP, h2svc_spec §2) into a head map file.
+"""streamcache-profile: H2SVC's offline head profiling (SAP, docs/h2svc.md §2) into a head map file.
 
     streamcache-profile --model tiny-qwen2_5_vl --input synthetic --output head_map.json
     streamcache-profile --model Qwen/Qwen2.5-VL-7B-Instruct --input ~/clips --output qwen7b_heads.json

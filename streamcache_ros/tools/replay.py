@@ -9,7 +9,7 @@ padding are exactly the camera's. Timing follows the recording times, divided by
 
 ``--lock-step`` waits, after each message, until streamcache_node acknowledges it on
 ``<namespace>/frame_acks`` (taken into memory, or skipped by sampling, or rejected), so the node
-sees every frame at any replay speed and its memory ends the same every run (CLARIFICATIONS: live
+sees every frame at any replay speed and its memory ends the same every run (docs/reliability.md: live
 cameras keep "latest frame, drop when busy"; the replay tool waits instead). ``--ros-args -r
 /camera/image_raw:=/other`` remaps topics as usual.
 
