@@ -178,8 +178,9 @@ def expected_bytes(shape: Shape, variant: Variant, frames: int, chunk_frames: in
                    bank_heads: tuple[int, int, int] | None = None) -> tuple[int, int]:
     """(held after compression, peak before it) at ``frames`` frames, from the policies' rules:
     full keeps everything; fifo/hermes keep the prefix + min(budget, video tokens) per layer (a deep
-    HERMES layer: budget − 1 + its summary token); uniform the whole units the budget holds; an H2SVC head keeps the prefix + min(window, units)
-    units, and evicted units stay stored (hidden) until the chunk ends."""
+    HERMES layer: budget − 1 + its summary token); uniform the same with the budget in whole units; an
+    H2SVC head keeps the prefix + min(window, units) units, and evicted units stay stored (hidden)
+    until the chunk ends."""
     per_token = 2 * shape.head_dim * torch.finfo(DTYPES[shape.dtype]).bits // 8  # K and V, one head
     ut, p = shape.unit_tokens, shape.prefix_tokens
     units, chunk_units = frames // shape.frames_per_unit, chunk_frames // shape.frames_per_unit

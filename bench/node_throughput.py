@@ -1,7 +1,7 @@
 """Node throughput: frames per second streamcache_node sustains from a bag replay, for each policy,
 alone and while a client asks questions back to back; the question latency meanwhile.
 
-    python bench/node_throughput.py                          # full, fifo, uniform, hermes, h2svc; 1200 frames each phase
+    python bench/node_throughput.py                   # full, fifo, uniform, hermes, h2svc; 1200 frames each phase
     python bench/node_throughput.py --policies fifo --frames 80 --json /tmp/t.json
 
 Real processes on a ROS domain of their own: the node (tiny Qwen2.5-VL unless --model), a lock-step

@@ -7,7 +7,8 @@ import pytest
 import torch
 import yaml
 
-from streamcache_ros.engine import ChunkError, ConfigError, Session, SessionConfig, SnapshotError, failpoints, make_policy
+from streamcache_ros.engine import (ChunkError, ConfigError, Session, SessionConfig, SnapshotError, failpoints,
+                                    make_policy)
 from streamcache_ros.engine.cache import policy_parameters
 from streamcache_ros.engine.cache.sap import HEAD_MAP_FILE, HeadMap
 from streamcache_ros.engine.factory import build_policy, build_session
@@ -101,7 +102,8 @@ def test_the_worked_example_on_a_model(llava_adapter, frames):
 def test_unit_by_unit_prefill_runs_one_forward_per_unit(adapter, frames):
     calls = []
     for unit_by_unit in (True, False):
-        session = Session(adapter, policy_for(adapter, "h2svc", unit_by_unit=unit_by_unit), SessionConfig(chunk_frames=4))
+        policy = policy_for(adapter, "h2svc", unit_by_unit=unit_by_unit)
+        session = Session(adapter, policy, SessionConfig(chunk_frames=4))
         layer0 = []
         report = None
         with failpoints.armed(prefill=lambda layer, **_: layer0.append(layer) if layer == 0 else None):

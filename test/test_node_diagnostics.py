@@ -58,9 +58,9 @@ def engine_status(policy="fifo", model_id="tiny", frames_in_memory=16, kv_tokens
     """The engine's typed status, from the figures a MemoryStatus message carries."""
     cache = CacheStats(policy, list(layer_tokens), kv_tokens, kv_bytes, budget_tokens, bank_tokens=list(bank_tokens))
     chunk = ChunkReport(0, "", 4, 2, 8, encode_ms, prefill_ms, compress_ms) if chunks_encoded else None
+    device = DeviceMemory(gpu_allocated_bytes, gpu_reserved_bytes, 0, gpu_total_bytes)
     return SessionStatus(policy=policy, model_id=model_id, frames_in_memory=frames_in_memory, cache=cache,
-                         prefix_tokens=prefix_tokens, device_memory=DeviceMemory(gpu_allocated_bytes, gpu_reserved_bytes,
-                                                                                0, gpu_total_bytes),
+                         prefix_tokens=prefix_tokens, device_memory=device,
                          last_chunk=chunk, chunks_encoded=chunks_encoded, chunks_failed=chunks_failed,
                          last_ttft_ms=last_ttft_ms, **more)
 

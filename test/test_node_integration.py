@@ -150,6 +150,7 @@ def test_the_ask_cli(client, domain):
     assert done.returncode == 0 and done.stdout.strip() == service.answer
     found = cli("--json", "What is on the table?")  # no --namespace: the one node is found
     assert found.returncode == 0 and json.loads(found.stdout)["answer"] == service.answer
+    assert json.loads(found.stdout)["newest_frame_age_s"] >= service.newest_frame_age_s
     streamed = cli("--namespace", NS, "--stream", "What is on the table?")
     assert streamed.returncode == 0 and streamed.stdout.strip() == service.answer
     refused = cli("--namespace", NS, "--camera", "/other/cam", "What is on the table?")

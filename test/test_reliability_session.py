@@ -20,7 +20,8 @@ CHUNK = 4  # frames per chunk: two Qwen2.5-VL units (temporal patches of 2 frame
 
 
 def session_for(adapter, policy, **config):
-    return Session(adapter, policy_for(adapter, policy, **POLICIES[policy]), SessionConfig(chunk_frames=CHUNK, **config))
+    return Session(adapter, policy_for(adapter, policy, **POLICIES[policy]),
+                   SessionConfig(chunk_frames=CHUNK, **config))
 
 
 def feed(session, frames, first_stamp):

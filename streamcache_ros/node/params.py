@@ -115,7 +115,8 @@ def policy_specs() -> dict[str, Spec]:
         for info in infos.values():
             specs[f"{policy}.{info.name}"] = setting_spec(policy, info)
             for alias in info.aliases:
-                specs[f"{policy}.{alias}"] = setting_spec(policy, info, description=f"old name of '{policy}.{info.name}'")
+                specs[f"{policy}.{alias}"] = setting_spec(policy, info,
+                                                          description=f"old name of '{policy}.{info.name}'")
         for alias, (target, default, adapter) in family_aliases(policy).items():
             specs[f"{policy}.{alias}"] = setting_spec(
                 policy, infos[target], default=default,

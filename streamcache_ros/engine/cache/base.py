@@ -21,7 +21,6 @@ import torch
 
 from .rope import RotarySpec
 from .settings import PolicySettings
-from .store import tensor_bytes  # noqa: F401 - re-exported for the policies
 
 ROPE_LAYOUTS = ("1d", "mrope")
 
