@@ -164,7 +164,9 @@ class CachePolicy(abc.ABC):
     prefill_unit_by_unit: bool = False
 
     def __init__(self, settings: PolicySettings | None = None, **params: Any):
-        self.settings = settings if settings is not None else self.settings_class.from_params(params)
+        # as given; ``settings`` (below) adds the model family's presets at setup
+        self.given_settings = settings if settings is not None else self.settings_class.from_params(params)
+        self.settings = self.given_settings
         self.geometry: CacheGeometry | None = None
         self.reindex_events = 0
 
@@ -176,7 +178,7 @@ class CachePolicy(abc.ABC):
     # -- life cycle ---------------------------------------------------------------------------
     def setup(self, geometry: CacheGeometry) -> None:
         self.geometry = geometry
-        self.settings = self.settings.with_preset(geometry.traits.presets.get(self.name, {}))
+        self.settings = self.given_settings.with_preset(geometry.traits.presets.get(self.name, {}))
         self.reset()
 
     @abc.abstractmethod
