@@ -194,20 +194,11 @@ class Session:
             t1 = time.perf_counter()
             rel = adapter.chunk_rel_positions(inputs)
             unit_ids = torch.arange(self._next_unit, self._next_unit + inputs.num_units)
-            units = unit_ids.repeat_interleave(inputs.tokens_per_unit)
-            chunks = torch.full((rel.shape[1],), chunk_id, dtype=torch.long)
+            chunk = NewTokens(rel, unit_ids.repeat_interleave(inputs.tokens_per_unit),
+                              torch.full((rel.shape[1],), chunk_id, dtype=torch.long))
             policy.ensure_room(int(rel.max().item()) + 1)
             mark = policy.mark()  # ensure_room may re-index; it never changes lengths
-            hook = failpoints.layer_hook("prefill", chunk=attempt, layers=policy.geometry.num_layers)
-            step = inputs.tokens_per_unit if policy.prefill_unit_by_unit else rel.shape[1]
-            for start in range(0, rel.shape[1], step):
-                part = slice(start, start + step)
-                # the policy places a forward at its next offset (max + 1 of what it holds); rebasing
-                # each step on the previous steps keeps the chunk's own positions
-                offset = rel[:, :start].max() + 1 if start else 0.0
-                new = NewTokens(rel[:, part] - offset, units[part], chunks[part])
-                adapter.forward(embeds[None, part], new, policy, layer_hook=hook)
-                policy.after_prefill(new)
+            self._prefill(embeds, chunk, inputs.tokens_per_unit, attempt)
             t2 = time.perf_counter()
         except Exception as err:
             policy.truncate(mark)
@@ -242,6 +233,21 @@ class Session:
             raise ChunkError(message, kept=True, out_of_memory=is_out_of_memory(compress_error)) from compress_error
         self.chunks_failed_in_a_row = 0
         return self.last_chunk
+
+    def _prefill(self, embeds: torch.Tensor, chunk: NewTokens, tokens_per_unit: int, attempt: int) -> None:
+        """The chunk's tokens through the decoder over the cache: one forward, or one per unit for a
+        policy that evicts between units, each followed by after_prefill."""
+        policy, rel = self.policy, chunk.rel_positions
+        hook = failpoints.layer_hook("prefill", chunk=attempt, layers=policy.geometry.num_layers)
+        step = tokens_per_unit if policy.prefill_unit_by_unit else rel.shape[1]
+        for start in range(0, rel.shape[1], step):
+            part = slice(start, start + step)
+            # the policy places a forward at its next offset (max + 1 of what it holds); rebasing
+            # each step on the previous steps keeps the chunk's own positions
+            offset = rel[:, :start].max() + 1 if start else 0.0
+            new = NewTokens(rel[:, part] - offset, chunk.units[part], chunk.chunks[part])
+            self.adapter.forward(embeds[None, part], new, policy, layer_hook=hook)
+            policy.after_prefill(new)
 
     def _guidance(self):
         """The guidance q/k the policy asks for before compressing (None: it asks for none)."""
