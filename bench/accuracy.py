@@ -129,13 +129,16 @@ def head_map_fractions(path: str) -> tuple[float, float, float]:
     return tuple(float((bank == b).sum()) / total for b in range(3))
 
 
-def make_session(adapter, policy: str, knobs: dict, head_map_path: str):
-    from streamcache_ros.engine import Session, SessionConfig, make_policy  # noqa: PLC0415
+def make_session(adapter, policy: str, knobs: dict, head_map_path: str = ""):
+    """A session as the node builds it: the policy from flat parameters (the head map from the
+    model's folder, or ``head_map_path``)."""
+    from streamcache_ros.engine import Session, SessionConfig  # noqa: PLC0415
+    from streamcache_ros.engine.factory import build_policy  # noqa: PLC0415
 
-    params = dict(knobs)
-    if policy == "h2svc":
-        params["head_map_path"] = head_map_path
-    return Session(adapter, make_policy(policy, **params), SessionConfig(chunk_frames=8))
+    params = {"policy": policy, **{(k if k == "budget_tokens" else f"{policy}.{k}"): v for k, v in knobs.items()}}
+    if policy == "h2svc" and head_map_path:
+        params["h2svc.head_map_path"] = head_map_path
+    return Session(adapter, build_policy(adapter, policy, params), SessionConfig(chunk_frames=8))
 
 
 # -- running streams ---------------------------------------------------------------------------------

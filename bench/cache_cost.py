@@ -36,11 +36,13 @@ import time
 import common
 import torch
 
+from streamcache_ros.engine.adapters import ADAPTERS
 from streamcache_ros.engine.cache import PREFIX_UNIT, CacheGeometry, ChunkContext, NewTokens, make_policy
 from streamcache_ros.engine.cache.attention import resolve_backend
 from streamcache_ros.engine.cache.hermes_rules import guidance_prompts
 from streamcache_ros.engine.cache.rope import RotarySpec
 from streamcache_ros.engine.cache.sap import HeadMap, split_counts
+from streamcache_ros.engine.guidance import GuidanceProvider
 
 DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
 
@@ -93,17 +95,15 @@ def shrink(shape: Shape, layers: int, head_dim: int, grid: int) -> Shape:
 def geometry(shape: Shape, device: torch.device) -> CacheGeometry:
     dim = shape.head_dim
     inv_freq = 1.0 / (shape.rope_theta ** (torch.arange(0, dim, 2, dtype=torch.float32) / dim))
-    digest = hashlib.sha256(repr(shape).encode()).hexdigest()[:16]
     return CacheGeometry(num_layers=shape.layers, num_q_heads=shape.q_heads, num_kv_heads=shape.kv_heads,
                          head_dim=dim, dtype=DTYPES[shape.dtype], device=device,
                          rotary=RotarySpec(inv_freq, shape.mrope_section),
                          max_position_embeddings=shape.max_position_embeddings,
-                         model_family=shape.family, attention_backend=resolve_backend("auto", device),
-                         model_id=f"synthetic-{shape.name}", config_hash=digest)
+                         traits=ADAPTERS[shape.family].traits, attention_backend=resolve_backend("auto", device))
 
 
-class RandomGuidance:
-    """Stands in for the adapter's GuidanceProvider (``token_ids``, ``embedding_qk``) at real shapes:
+class RandomGuidance(GuidanceProvider):
+    """The session's GuidanceProvider at real shapes without a model (``token_ids``, ``embedding_qk``):
     the real prompt lengths, and q/k projected from random embeddings through a random matrix of the
     real size (so the projection's cost is there; one matrix serves every layer)."""
 
@@ -133,13 +133,14 @@ class RandomGuidance:
         return out
 
 
-def random_head_map(shape: Shape, geo: CacheGeometry, folder: pathlib.Path, seed: int = 0) -> str:
+def random_head_map(shape: Shape, folder: pathlib.Path, seed: int = 0) -> str:
     """A head map of random TADs for the synthetic model, split 10/40/50 by SAP's rule."""
     gen = torch.Generator().manual_seed(seed)
     v2v = torch.rand(shape.layers, shape.kv_heads, generator=gen, dtype=torch.float64)
     t2v = torch.rand(shape.layers, shape.kv_heads, generator=gen, dtype=torch.float64)
     path = folder / f"head_map_{shape.name}.json"
-    HeadMap.build(geo.model_id, geo.config_hash, v2v, t2v, profile={"source": "random (benchmark)"}).save(path)
+    digest = hashlib.sha256(repr(shape).encode()).hexdigest()[:16]
+    HeadMap.build(f"synthetic-{shape.name}", digest, v2v, t2v, profile={"source": "random (benchmark)"}).save(path)
     return str(path)
 
 
@@ -155,16 +156,16 @@ def variants(args, head_map: str) -> list[Variant]:
     for kind in args.policies:
         if kind == "full":
             out.append(Variant("full", "full", {}))
-        elif kind == "fifo":
-            out.append(Variant(f"fifo-{budget_label(args.fifo_budget)}", "fifo", {"budget_tokens": args.fifo_budget}))
+        elif kind in ("fifo", "uniform"):  # the same budget: two baselines side by side
+            out.append(Variant(f"{kind}-{budget_label(args.fifo_budget)}", kind, {"budget_tokens": args.fifo_budget}))
         elif kind == "hermes":
             out += [Variant(f"hermes-{budget_label(b)}", "hermes", {"budget_tokens": b}) for b in args.hermes_budgets]
         elif kind == "h2svc":
             w_s, w_w, n_e = args.h2svc
             out.append(Variant(f"h2svc-{w_s}/{w_w}/{n_e}", "h2svc",
-                               {"w_s": w_s, "w_w": w_w, "n_e": n_e, "head_map_path": head_map}))
+                               {"w_s": w_s, "w_w": w_w, "n_e": n_e, "head_map": HeadMap.load(head_map)}))
         else:
-            raise SystemExit(f"unknown policy '{kind}' (full fifo hermes h2svc)")
+            raise SystemExit(f"unknown policy '{kind}' (full fifo uniform hermes h2svc)")
     return out
 
 
@@ -177,8 +178,9 @@ def expected_bytes(shape: Shape, variant: Variant, frames: int, chunk_frames: in
                    bank_heads: tuple[int, int, int] | None = None) -> tuple[int, int]:
     """(held after compression, peak before it) at ``frames`` frames, from the policies' rules:
     full keeps everything; fifo/hermes keep the prefix + min(budget, video tokens) per layer (a deep
-    HERMES layer: budget − 1 + its summary token); an H2SVC head keeps the prefix + min(window, units)
-    units, and evicted units stay stored (hidden) until the chunk ends."""
+    HERMES layer: budget − 1 + its summary token); uniform the same with the budget in whole units; an
+    H2SVC head keeps the prefix + min(window, units) units, and evicted units stay stored (hidden)
+    until the chunk ends."""
     per_token = 2 * shape.head_dim * torch.finfo(DTYPES[shape.dtype]).bits // 8  # K and V, one head
     ut, p = shape.unit_tokens, shape.prefix_tokens
     units, chunk_units = frames // shape.frames_per_unit, chunk_frames // shape.frames_per_unit
@@ -187,8 +189,10 @@ def expected_bytes(shape: Shape, variant: Variant, frames: int, chunk_frames: in
     if variant.policy == "full":
         tokens = heads * (p + units * ut)
         return tokens * per_token, tokens * per_token
-    if variant.policy in ("fifo", "hermes"):
+    if variant.policy in ("fifo", "hermes", "uniform"):
         budget = variant.params["budget_tokens"]
+        if variant.policy == "uniform":  # whole units only
+            budget = budget // ut * ut
         held = heads * (p + min(budget, units * ut))
         peak = heads * (p + min(budget, before * ut) + chunk_units * ut)
         return held * per_token, peak * per_token
@@ -276,12 +280,14 @@ def stream(shape: Shape, variant: Variant, geo: CacheGeometry, provider: RandomG
             with compress:
                 policy.after_prefill(new)
         peak = policy.stats().kv_bytes
-        with compress:
-            info = policy.after_chunk(ChunkContext(chunk, guidance=provider))
+        with compress:  # as the session does: the guidance the policy asks for, then the compression
+            request = policy.guidance_request([])
+            guidance = provider.compute(request, policy) if request is not None else None
+            outcome = policy.after_chunk(ChunkContext(chunk, guidance=guidance))
         held = policy.stats()
         yield {"frames": (chunk + 1) * args.chunk_frames, "append_ms": store.ms, "compress_ms": compress.ms,
                "peak_bytes": peak, "held_bytes": held.kv_bytes, "kv_tokens": held.kv_tokens,
-               "reindexed": bool(info.get("reindexed") or info.get("reindexed_heads"))}
+               "reindexed": outcome.reindexed}
 
 
 def lock_step(streams: dict, checkpoints=()) -> dict[str, list[dict]]:
@@ -411,12 +417,12 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     common.add_common_args(parser)
     parser.add_argument("--models", nargs="+", default=list(SHAPES), choices=list(SHAPES))
-    parser.add_argument("--policies", nargs="+", default=["full", "fifo", "hermes", "h2svc"])
+    parser.add_argument("--policies", nargs="+", default=["full", "fifo", "uniform", "hermes", "h2svc"])
     parser.add_argument("--checkpoints", type=int, nargs="+", default=[16, 32, 64, 128, 256, 512, 1024, 2048],
                         help="stream lengths (frames) to report; the stream runs to the longest")
     parser.add_argument("--chunk-frames", type=int, default=16, help="frames per chunk (the reference: 16)")
     parser.add_argument("--hermes-budgets", type=int, nargs="+", default=[4000, 6000])
-    parser.add_argument("--fifo-budget", type=int, default=6000)
+    parser.add_argument("--fifo-budget", type=int, default=6000, help="budget of fifo and uniform")
     parser.add_argument("--h2svc", type=int, nargs=3, default=[4, 16, 64], metavar=("W_S", "W_W", "N_E"))
     parser.add_argument("--dtype", choices=["model", *DTYPES], default="model",
                         help="model: fp16 (LLaVA-OV) / bf16 (Qwen2.5-VL), their checkpoints' dtypes")
@@ -448,7 +454,7 @@ def main(argv=None) -> None:
             if args.dtype != "model":
                 shape = dataclasses.replace(shape, dtype=args.dtype)
             geo = geometry(shape, device)
-            head_map = random_head_map(shape, geo, pathlib.Path(scratch), args.seed)
+            head_map = random_head_map(shape, pathlib.Path(scratch), args.seed)
             bank_heads = tuple(HeadMap.load(head_map).split)
             provider = RandomGuidance(shape, device, args.seed)
             full_limit = full_frames_that_fit(shape, checkpoints, args, device)

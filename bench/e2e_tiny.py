@@ -8,7 +8,7 @@ last checkpoint, the time to first token, the decode rate and the KV bytes held:
 a ratio to the ``full`` cache at the same length. Read the ratios: the models are tiny and random,
 so the absolute times are the overheads of this machine, not of a 7B model.
 
-    python bench/e2e_tiny.py [--lengths 16 64 256 1024] [--policies full fifo hermes h2svc] [--device cuda]
+    python bench/e2e_tiny.py [--lengths 16 64 256 1024] [--policies full fifo uniform hermes h2svc] [--device cuda]
 """
 from __future__ import annotations
 
@@ -24,8 +24,9 @@ from streamcache_ros.engine.factory import build_session
 
 MODELS = ["tiny-qwen2_5_vl", "tiny-llava_onevision"]
 QUESTION = "What happened in the video?"
-# fifo/hermes keep this many stream units per layer: about H2SVC's mean over heads with its defaults
-# (0.1·4 + 0.4·16 + 0.5·64 = 38.8 units, docs/h2svc.md §7), so the bounded policies hold similar memory.
+# fifo/uniform/hermes keep this many stream units per layer: about H2SVC's mean over heads with its
+# defaults (0.1·4 + 0.4·16 + 0.5·64 = 38.8 units, docs/h2svc.md §7), so the bounded policies hold
+# similar memory.
 BUDGET_UNITS = 40
 RATIO_KEYS = ("chunk_ms", "compress_ms", "ttft_ms", "decode_tok_s", "kv_bytes")
 
@@ -100,7 +101,7 @@ def main(argv=None) -> None:
     common.add_common_args(parser)
     parser.add_argument("--lengths", type=int, nargs="+", default=[16, 64, 256, 1024])
     parser.add_argument("--policies", nargs="+",
-                        default=[p for p in ("full", "fifo", "hermes", "h2svc") if p in POLICIES])
+                        default=[p for p in ("full", "fifo", "uniform", "hermes", "h2svc") if p in POLICIES])
     parser.add_argument("--models", nargs="+", default=MODELS)
     parser.add_argument("--chunk-frames", type=int, default=8)
     parser.add_argument("--new-tokens", type=int, default=16)

@@ -1,7 +1,7 @@
 """Node throughput: frames per second streamcache_node sustains from a bag replay, for each policy,
 alone and while a client asks questions back to back; the question latency meanwhile.
 
-    python bench/node_throughput.py                          # full, fifo, hermes, h2svc; 1200 frames each phase
+    python bench/node_throughput.py                   # full, fifo, uniform, hermes, h2svc; 1200 frames each phase
     python bench/node_throughput.py --policies fifo --frames 80 --json /tmp/t.json
 
 Real processes on a ROS domain of their own: the node (tiny Qwen2.5-VL unless --model), a lock-step
@@ -26,7 +26,7 @@ import node_harness as h  # noqa: E402
 
 NS = "/throughput"
 CAM = "/throughput/cam"
-POLICIES = ("full", "fifo", "hermes", "h2svc")
+POLICIES = ("full", "fifo", "uniform", "hermes", "h2svc")
 
 
 def parse_args(argv):
@@ -35,7 +35,7 @@ def parse_args(argv):
     p.add_argument("--frames", type=int, default=1200, help="frames per phase (all are sampled)")
     p.add_argument("--fps", type=float, default=2.0, help="bag rate = sample_fps")
     p.add_argument("--model", default="tiny-qwen2_5_vl")
-    p.add_argument("--budget-units", type=int, default=48, help="budget_tokens in stream units (fifo, hermes)")
+    p.add_argument("--budget-units", type=int, default=48, help="budget_tokens in stream units (fifo, uniform, hermes)")
     p.add_argument("--chunk-frames", type=int, default=8)
     p.add_argument("--max-new-tokens", type=int, default=8)
     p.add_argument("--json", type=pathlib.Path, default=h.RESULTS / "node_throughput.json")

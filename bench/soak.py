@@ -47,7 +47,7 @@ def parse_args(argv):
     p.add_argument("--fps", type=float, default=2.0, help="bag rate = sample_fps")
     p.add_argument("--rate", type=float, default=10.0, help="replay speed over the recording (lock-step still)")
     p.add_argument("--policy", default="hermes")
-    p.add_argument("--budget-units", type=int, default=48, help="budget_tokens in stream units (fifo/hermes)")
+    p.add_argument("--budget-units", type=int, default=48, help="budget_tokens in stream units (fifo/uniform/hermes)")
     p.add_argument("--chunk-frames", type=int, default=8)
     p.add_argument("--question-period", type=float, default=3.0, help="seconds between a client's questions (mean)")
     p.add_argument("--max-new-tokens", type=int, default=8)

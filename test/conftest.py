@@ -20,6 +20,7 @@ os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
 from streamcache_ros import clip  # noqa: E402
 from streamcache_ros.engine import load_adapter  # noqa: E402
+from streamcache_ros.engine.adapters import ADAPTERS  # noqa: E402
 from streamcache_ros.engine.models import BUNDLED_DIR  # noqa: E402
 
 FAMILIES = ["tiny-qwen2_5_vl", "tiny-llava_onevision"]
@@ -44,6 +45,22 @@ def llava_adapter():
 def frames():
     """frames(n, start=0) -> list of RGB uint8 clip frames."""
     return lambda n, start=0: list(clip.clip(n, start=start))
+
+
+def family_traits(family: str):
+    """The FamilyTraits a model family's adapter gives its cache policies ("qwen2_5_vl", ...)."""
+    return ADAPTERS[family].traits
+
+
+def policy_for(adapter, name: str, **settings):
+    """``make_policy(name, **settings)`` for ``adapter``'s model: H2SVC gets the head map in the
+    model's folder, as the factory finds it."""
+    from streamcache_ros.engine.cache import make_policy  # noqa: PLC0415
+    from streamcache_ros.engine.factory import resolve_head_map  # noqa: PLC0415
+
+    if name == "h2svc" and "head_map" not in settings:
+        settings["head_map"] = resolve_head_map(settings.get("head_map_path", ""), adapter)[0]
+    return make_policy(name, **settings)
 
 
 def make_variant(tmp_path: pathlib.Path, name: str, **text_overrides) -> str:

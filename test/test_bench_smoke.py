@@ -37,7 +37,7 @@ def test_cache_cost_sizes_follow_the_policies(tmp_path):
     data = load(tmp_path / "cache_cost.json")
     rows = data["rows"]
     assert {r["model"] for r in rows} == {"llava_onevision-7b", "qwen2_5_vl-7b"}
-    assert {r["policy"] for r in rows} == {"full", "fifo-60", "hermes-40", "h2svc-1/2/3"}
+    assert {r["policy"] for r in rows} == {"full", "fifo-60", "uniform-60", "hermes-40", "h2svc-1/2/3"}
     for row in rows:
         if row["source"] == "measured":
             assert row["formula_ok"], row
@@ -50,7 +50,7 @@ def test_cache_cost_sizes_follow_the_policies(tmp_path):
         assert [r["source"] for r in rows if r["model"] == model and r["policy"] == "full"] == \
             ["measured", "measured", "measured", "computed"]  # --full-max-frames 48
         # h2svc-1/2/3 fills its episodic heads at 3 units (<= 48 frames on both models)
-        for policy in ("fifo-60", "hermes-40", "h2svc-1/2/3"):
+        for policy in ("fifo-60", "uniform-60", "hermes-40", "h2svc-1/2/3"):
             assert len(set(held(policy)[2:])) == 1, (model, policy, held(policy))
             assert held(policy)[-1] < full[-1]
     assert len(data["per_chunk"]["llava_onevision-7b/hermes-40"]) == 4
@@ -70,7 +70,7 @@ def test_stce_update_writes_json(tmp_path):
                "--out", str(tmp_path))
     (row,) = load(tmp_path / "stce_update.json")["rows"]
     assert row["heads"] == 4 and row["evictions"] == 45  # one a step at capacity, warm-up included
-    # h2svc_spec §3.4: an arrival rescores the old tail and the two neighbours of the evicted frame
+    # docs/h2svc.md §3.4: an arrival rescores the old tail and the two neighbours of the evicted frame
     assert 1 <= row["scores_per_step"] <= 3
     assert 0 < row["min_ms"] <= row["median_ms"] <= row["p90_ms"]
 
@@ -80,7 +80,7 @@ def test_e2e_tiny_writes_ratios(tmp_path):
     run_script("e2e_tiny.py", "--models", "tiny-llava_onevision", "--lengths", "8", "24", "--chunk-frames", "8",
                "--repeats", "1", "--new-tokens", "3", "--out", str(tmp_path), timeout=170)
     rows = load(tmp_path / "e2e_tiny.json")["rows"]
-    assert {(r["policy"], r["frames"]) for r in rows} == {(p, f) for p in ("full", "fifo", "hermes", "h2svc")
+    assert {(r["policy"], r["frames"]) for r in rows} == {(p, f) for p in ("full", "fifo", "uniform", "hermes", "h2svc")
                                                           for f in (8, 24)}
     for row in rows:
         assert row["ttft_ms"] > 0 and row["kv_bytes"] > 0

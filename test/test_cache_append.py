@@ -4,18 +4,18 @@ Two policies of the same kind read the same stream: one through ``attend``, one 
 After every step their states must be identical, and the attention ``attend`` returned must equal
 attention computed here, from scratch, over what the ``append`` twin holds: queries rotated at the
 positions it recorded for the new tokens, bottom-right causal, over the keys each KV head may see
-(h2svc_spec §3.2: a FIFO head does not see units <= f - W; an episodic head sees the frames STCE keeps).
+(docs/h2svc.md §3.2: a FIFO head does not see units <= f - W; an episodic head sees the frames STCE keeps).
 """
 import math
 
 import pytest
 import torch
 
-from streamcache_ros.engine.cache import PREFIX_UNIT, TEXT_UNIT, ChunkContext, NewTokens, make_policy
-from streamcache_ros.engine.cache.banks import PAD_UNIT
+from streamcache_ros.engine.cache import PAD_UNIT, PREFIX_UNIT, TEXT_UNIT, ChunkContext, NewTokens
 from streamcache_ros.engine.cache.rope import apply_rotary
 from streamcache_ros.engine.cache.sap import EPISODIC
-from conftest import states_equal
+from streamcache_ros.engine.guidance import GuidanceProvider
+from conftest import policy_for, states_equal
 
 PREFIX = 5
 UNIT_TOKENS = 4  # a 2x2 grid per unit
@@ -61,16 +61,17 @@ def h2svc_view(policy, layer, new, key_filter):
     video = new.units[new.units >= 0]
     first = int(video.min()) if video.numel() else None
     for head in range(policy.geometry.num_kv_heads):
-        bank = next(b for b in policy.banks[layer] if head in b.heads.tolist())
+        group = next(g for g in policy.groups[layer] if head in g.store.heads.tolist())
+        bank = group.store
         row = bank.heads.tolist().index(head)
         units = bank.units[row]
         seen = units != PAD_UNIT
-        if bank.kind == EPISODIC:
+        if group.bank == EPISODIC:
             trajectory_row = int(policy.trajectory_rows[(layer, EPISODIC)][row])
             kept = torch.tensor(policy.trajectory.frames(trajectory_row) + video.tolist(), dtype=torch.long)
             seen &= (units < 0) | torch.isin(units, kept)
         elif first is not None:
-            seen &= ~((units >= 0) & (units <= first - policy.windows[bank.kind]))
+            seen &= ~((units >= 0) & (units <= first - policy.windows[group.bank]))
         if key_filter is not None:
             seen &= (units < 0) | torch.isin(units, key_filter)
         keys.append(bank.keys[0, row])
@@ -93,8 +94,9 @@ class Twins:
     def __init__(self, name, adapter):
         self.name = name
         self.geometry = adapter.geometry()
-        self.guidance = adapter.guidance
-        self.attending, self.appending = make_policy(name, **POLICIES[name]), make_policy(name, **POLICIES[name])
+        self.guidance = GuidanceProvider(adapter)
+        self.attending = policy_for(adapter, name, **POLICIES[name])
+        self.appending = policy_for(adapter, name, **POLICIES[name])
         self.attending.setup(self.geometry)
         self.appending.setup(self.geometry)
         self.gen = torch.Generator().manual_seed(7)
@@ -129,8 +131,10 @@ class Twins:
             self.forward(new)
             self.attending.after_prefill(new)
             self.appending.after_prefill(new)
-        for policy in (self.attending, self.appending):
-            policy.after_chunk(ChunkContext(chunk_id, guidance=self.guidance))
+        for policy in (self.attending, self.appending):  # the guidance a policy asks for, as the session does
+            request = policy.guidance_request([])
+            guidance = self.guidance.compute(request, policy) if request is not None else None
+            policy.after_chunk(ChunkContext(chunk_id, guidance=guidance))
         assert states_equal(self.attending.state_dict(), self.appending.state_dict())
 
     def text(self, count, unit, key_filter=None):

@@ -1,4 +1,4 @@
-"""Attention over banks of different lengths (h2svc_spec §4, TC10): option A (SDPA per bank with a
+"""Attention over banks of different lengths (docs/h2svc.md §4, TC10): option A (SDPA per bank with a
 bottom-right mask), option B (varlen packing, run here with a reference kernel because flash-attn
 needs CUDA) and a dense reference that pads every head to the longest bank with -inf."""
 import math

@@ -1,16 +1,19 @@
 """The h2svc policy on hand-made geometries (no model): windows, STCE through the cache, memory
-held, attention per bank, ragged banks, undo, snapshots, per-head re-index, head-map errors."""
+held, attention per bank, ragged stores, undo, snapshots, per-head re-index, head maps (the
+factory's errors naming the parameter, the policy's shape check)."""
 import math
+from types import SimpleNamespace
 
 import pytest
 import torch
 
-from streamcache_ros.engine.cache import PREFIX_UNIT, TEXT_UNIT, CacheGeometry, ChunkContext, NewTokens, make_policy
+from streamcache_ros.engine.cache import (PAD_UNIT, PREFIX_UNIT, TEXT_UNIT, CacheGeometry, ChunkContext, FamilyTraits,
+                                          NewTokens, make_policy)
 from streamcache_ros.engine.cache.attention import bottom_right_causal_mask
-from streamcache_ros.engine.cache.banks import PAD_UNIT
 from streamcache_ros.engine.cache.rope import RotarySpec, rotate_by_delta
 from streamcache_ros.engine.cache.sap import HeadMap
 from streamcache_ros.engine.errors import ConfigError
+from streamcache_ros.engine.factory import resolve_head_map
 
 from test_h2svc_stce import tc3_vectors
 from conftest import states_equal
@@ -32,9 +35,9 @@ def make(tmp_path, kinds, group=2, rope=True, max_pos=100_000, dtype=torch.float
     inv_freq = 1.0 / (100.0 ** (torch.arange(0, D, 2).float() / D)) if rope else torch.zeros(D // 2)
     geometry = CacheGeometry(num_layers=len(kinds), num_q_heads=len(kinds[0]) * group, num_kv_heads=len(kinds[0]),
                              head_dim=D, dtype=dtype, device=torch.device("cpu"), rotary=RotarySpec(inv_freq),
-                             max_position_embeddings=max_pos, model_id=model_id, config_hash="c0ffee")
+                             max_position_embeddings=max_pos)
     params.setdefault("ratios", ratios)
-    policy = make_policy("h2svc", head_map_path=str(tmp_path / "map.json"), **params)
+    policy = make_policy("h2svc", head_map=HeadMap.load(tmp_path / "map.json"), **params)
     policy.setup(geometry)
     return policy
 
@@ -77,12 +80,12 @@ class Stream:
 
 
 def held(policy, layer, kind, row=0):
-    bank = next(b for b in policy.banks[layer] if b.kind == kind)
-    return sorted({u for u in bank.units[row].tolist() if u >= 0})
+    return sorted({u for u in bank_of(policy, layer, kind).units[row].tolist() if u >= 0})
 
 
 def bank_of(policy, layer, kind):
-    return next(b for b in policy.banks[layer] if b.kind == kind)
+    """The store of the layer's heads in bank ``kind``."""
+    return next(g.store for g in policy.groups[layer] if g.bank == kind)
 
 
 # -- the worked example (TC1, TC2) -----------------------------------------------------------------------
@@ -183,7 +186,7 @@ def test_layer_granularity_gives_every_head_of_a_layer_one_bank(tmp_path):
     banks = policy.bank_id
     assert (banks[:, 0] == banks[:, 1]).all()
     assert [int((banks[:, 0] == b).sum()) for b in range(3)] == [1, 4, 5]  # 10 layers: 10/40/50
-    assert all(len(layer) == 1 for layer in policy.banks)
+    assert all(len(layer) == 1 for layer in policy.groups)
 
 
 # -- memory held ------------------------------------------------------------------------------------------
@@ -295,8 +298,8 @@ def test_snapshot_of_another_split_is_refused(tmp_path):
 def assert_keys_unrotate_to_raw(policy, stream):
     """Every cached key turned back by its stored position is the raw key that came in."""
     rotary = policy.geometry.rotary
-    for layer, banks in enumerate(policy.banks):
-        for bank in banks:
+    for layer, groups in enumerate(policy.groups):
+        for bank in (group.store for group in groups):
             for row, head in enumerate(bank.heads.tolist()):
                 seen = {}
                 for col, unit in enumerate(bank.units[row].tolist()):
@@ -315,7 +318,7 @@ def test_lazy_reindex_per_head_renumbers_and_turns_the_keys(tmp_path):
     for t in range(1, 40):
         stream.frame(t, n_f=2)
         assert policy.max_position() <= 50
-        offsets = [float(b.next_offsets()[0]) for b in policy.banks[0]]
+        offsets = [float(g.store.next_offsets()[0]) for g in policy.groups[0]]
         apart |= offsets[0] != offsets[1]  # heads continue from their own next position
     assert apart and policy.reindex_events > 0 and policy.stats().extra["reindexed_heads"] >= 2
     assert_keys_unrotate_to_raw(policy, stream)
@@ -323,7 +326,7 @@ def test_lazy_reindex_per_head_renumbers_and_turns_the_keys(tmp_path):
     assert_keys_unrotate_to_raw(policy, stream)
     # 1D re-index (§5): P + rank·n_f + offset, i.e. every kept token numbered 0..n-1 in stream order
     policy._reindex(lambda offsets: torch.ones_like(offsets, dtype=torch.bool))
-    for bank in policy.banks[0]:
+    for bank in (g.store for g in policy.groups[0]):
         assert bank.positions[0, 0].tolist() == [float(i) for i in range(len(bank))]
     assert_keys_unrotate_to_raw(policy, stream)
 
@@ -332,8 +335,8 @@ def test_eager_reindex_with_mrope_keeps_each_frame_grid(tmp_path):
     ratios = write_map(tmp_path / "map.json", [[0, 2]])
     geometry = CacheGeometry(num_layers=1, num_q_heads=2, num_kv_heads=2, head_dim=D, dtype=torch.float32,
                              device=torch.device("cpu"), rotary=RotarySpec(torch.ones(D // 2), mrope_section=(2, 1, 1)),
-                             max_position_embeddings=10_000, model_id="synthetic", config_hash="c0ffee")
-    policy = make_policy("h2svc", head_map_path=str(tmp_path / "map.json"), ratios=ratios, reindex="eager",
+                             max_position_embeddings=10_000, traits=FamilyTraits(rope_layout="mrope"))
+    policy = make_policy("h2svc", head_map=HeadMap.load(tmp_path / "map.json"), ratios=ratios, reindex="eager",
                          w_s=2, n_e=3)
     policy.setup(geometry)
     stream = Stream(policy, prefix=2)
@@ -351,22 +354,40 @@ def test_eager_reindex_with_mrope_keeps_each_frame_grid(tmp_path):
 
 
 # -- configuration --------------------------------------------------------------------------------------
+def fake_adapter(model_id, config_hash, layers=1, kv_heads=2, model_dir=""):
+    """What the factory reads of an adapter to find and check a head map."""
+    geometry = CacheGeometry(layers, 2 * kv_heads, kv_heads, D, torch.float32, torch.device("cpu"),
+                             RotarySpec(torch.ones(D // 2)), 100)
+    return SimpleNamespace(model_id=model_id, config_hash=config_hash, model_dir=model_dir, geometry=lambda: geometry)
+
+
 def test_missing_head_map_names_the_command_and_the_parameter(tmp_path):
-    geometry = CacheGeometry(1, 2, 2, D, torch.float32, torch.device("cpu"), RotarySpec(torch.ones(D // 2)), 100,
-                             model_id="my-own-model", config_hash="x")
     with pytest.raises(ConfigError) as err:
-        make_policy("h2svc").setup(geometry)
+        resolve_head_map("", fake_adapter("my-own-model", "x", model_dir=str(tmp_path)))
     message = str(err.value)
     assert message.startswith("parameter 'h2svc.head_map_path': ")
     assert "streamcache-profile --model my-own-model" in message and "'my-own-model'" in message
 
 
+def test_a_model_folder_s_own_head_map_is_found(tmp_path):
+    write_map(tmp_path / "h2svc_head_map.json", [[0, 2]], model_id="my-own-model")
+    head_map, path = resolve_head_map("", fake_adapter("my-own-model", "x", model_dir=str(tmp_path)))
+    assert path == str(tmp_path / "h2svc_head_map.json") and head_map.bank_id == [[0, 2]]
+
+
 def test_head_map_of_another_model_names_both(tmp_path):
     write_map(tmp_path / "map.json", [[0, 2]], model_id="model-a")
-    geometry = CacheGeometry(1, 2, 2, D, torch.float32, torch.device("cpu"), RotarySpec(torch.ones(D // 2)), 100,
-                             model_id="model-b", config_hash="other")
     with pytest.raises(ConfigError, match="profiled on model 'model-a'.*this node runs 'model-b'"):
-        make_policy("h2svc", head_map_path=str(tmp_path / "map.json")).setup(geometry)
+        resolve_head_map(str(tmp_path / "map.json"), fake_adapter("model-b", "other"))
+
+
+def test_the_policy_takes_a_head_map_of_its_model_s_shape_only(tmp_path):
+    geometry = fake_adapter("m", "x").geometry()
+    with pytest.raises(ValueError, match="needs a head map"):
+        make_policy("h2svc").setup(geometry)
+    write_map(tmp_path / "map.json", [[0, 2, 1]])
+    with pytest.raises(ValueError, match="1 layers x 3 KV heads; this model has 1 x 2"):
+        make_policy("h2svc", head_map=HeadMap.load(tmp_path / "map.json")).setup(geometry)
 
 
 @pytest.mark.parametrize("params, message", [
@@ -399,3 +420,18 @@ def test_chunked_approximation_gives_the_same_banks_as_unit_by_unit(tmp_path):
             policy.after_chunk(ChunkContext(start))
         ends.append([held(policy, 0, kind) for kind in range(3)])
     assert ends[0] == ends[1] and ends[0][0] == [29, 30] and len(ends[0][2]) == 6
+
+
+def test_evicted_age_mean_is_the_mean_over_evictions_not_times_the_heads(tmp_path):
+    policy = make(tmp_path, [[2, 2], [2, 0]], n_e=3, w_s=2)  # three episodic heads
+    stream = Stream(policy, prefix=1, seed=2)
+    heads = policy.trajectory.heads
+    ages = []
+    for t in range(1, 12):
+        before = [policy.trajectory.frames(row) for row in range(heads)]
+        stream.frame(t, n_f=2)
+        for row in range(heads):  # an arrival at t evicts at most one frame a head
+            ages += [t - gone for gone in set(before[row]) - set(policy.trajectory.frames(row))]
+    extra = policy.stats().extra
+    assert heads == 3 and len(ages) == extra["stce_evictions"] * heads
+    assert extra["evicted_age_mean"] == pytest.approx(sum(ages) / len(ages))

@@ -1,4 +1,4 @@
-"""SAP head profiling (h2svc_spec §2): metrics by hand, the split, the head map file, the profiler
+"""SAP head profiling (docs/h2svc.md §2): metrics by hand, the split, the head map file, the profiler
 against transformers' own attention weights, and the streamcache-profile command on real inputs."""
 import json
 import math
@@ -45,7 +45,7 @@ def test_v2v_averages_tokens_within_a_frame_then_frames():
 
 
 def dense_frame_attention(q, k, key_frame, num_frames):
-    """The spec's definition, one query at a time: softmax over every visible key, mass per frame,
+    """docs/h2svc.md's definition, one query at a time: softmax over every visible key, mass per frame,
     renormalised over the visual frames."""
     hq, q_len, dim = q.shape
     hkv, k_len, _ = k.shape

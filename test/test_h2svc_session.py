@@ -7,14 +7,14 @@ import pytest
 import torch
 import yaml
 
-from streamcache_ros.engine import ChunkError, ConfigError, Session, SessionConfig, SnapshotError, make_policy
+from streamcache_ros.engine import (ChunkError, ConfigError, Session, SessionConfig, SnapshotError, failpoints,
+                                    make_policy)
 from streamcache_ros.engine.cache import policy_parameters
-from streamcache_ros.engine.cache.h2svc import HEAD_MAP_FILE
-from streamcache_ros.engine.cache.sap import HeadMap
-from streamcache_ros.engine.factory import build_session
+from streamcache_ros.engine.cache.sap import HEAD_MAP_FILE, HeadMap
+from streamcache_ros.engine.factory import build_policy, build_session
 from streamcache_ros.engine.models import BUNDLED_DIR
 
-from conftest import FAMILIES, make_variant
+from conftest import FAMILIES, make_variant, policy_for
 from test_h2svc_policy import states_equal
 
 EVERYTHING = dict(w_s=10_000, w_w=10_000, n_e=10_000)
@@ -37,7 +37,7 @@ def test_banks_that_hold_everything_equal_the_full_cache(adapter, frames):
     """Every bank keeps every frame: per-bank attention, per-head positions and unit-by-unit prefill
     must give the logits of the plain full cache (itself checked against transformers)."""
     full = Session(adapter, make_policy("full"), SessionConfig(chunk_frames=4))
-    banked = Session(adapter, make_policy("h2svc", **EVERYTHING), SessionConfig(chunk_frames=4))
+    banked = Session(adapter, policy_for(adapter, "h2svc", **EVERYTHING), SessionConfig(chunk_frames=4))
     clip = frames(12)
     feed(full, clip[:6], camera="left")
     feed(banked, clip[:6], camera="left")
@@ -61,7 +61,7 @@ def expected_bytes(adapter, policy, units_seen, tokens_per_unit):
 
 
 def test_memory_held_matches_the_bank_lengths(adapter, frames):
-    session = Session(adapter, make_policy("h2svc", w_s=1, w_w=2, n_e=3), SessionConfig(chunk_frames=2))
+    session = Session(adapter, policy_for(adapter, "h2svc", w_s=1, w_w=2, n_e=3), SessionConfig(chunk_frames=2))
     full = Session(adapter, make_policy("full"), SessionConfig(chunk_frames=2))
     units = 0
     for i, frame in enumerate(frames(16)):
@@ -80,18 +80,18 @@ def test_memory_held_matches_the_bank_lengths(adapter, frames):
 
 
 def test_the_worked_example_on_a_model(llava_adapter, frames):
-    """TC1/TC2 with the spec's defaults: frames 1..65 are units 0..64 of the session."""
-    session = Session(llava_adapter, make_policy("h2svc"), SessionConfig(chunk_frames=8))
+    """TC1/TC2 with the defaults of docs/h2svc.md: frames 1..65 are units 0..64 of the session."""
+    session = Session(llava_adapter, policy_for(llava_adapter, "h2svc"), SessionConfig(chunk_frames=8))
     feed(session, frames(65))
     session.flush()
     policy = session.policy
-    for banks in policy.banks:
-        for bank in banks:
-            for row in range(bank.rows):
-                held = sorted({u for u in bank.units[row].tolist() if u >= 0})
-                if bank.kind == 0:
+    for groups in policy.groups:
+        for group in groups:
+            for row in range(group.store.rows):
+                held = sorted({u for u in group.store.units[row].tolist() if u >= 0})
+                if group.bank == 0:
                     assert held == list(range(61, 65))  # frames 62..65
-                elif bank.kind == 1:
+                elif group.bank == 1:
                     assert held == list(range(49, 65))  # frames 50..65
                 else:
                     assert len(held) == 64 and held[0] == 0 and held[-1] == 64
@@ -102,18 +102,19 @@ def test_the_worked_example_on_a_model(llava_adapter, frames):
 def test_unit_by_unit_prefill_runs_one_forward_per_unit(adapter, frames):
     calls = []
     for unit_by_unit in (True, False):
-        session = Session(adapter, make_policy("h2svc", unit_by_unit=unit_by_unit), SessionConfig(chunk_frames=4))
+        policy = policy_for(adapter, "h2svc", unit_by_unit=unit_by_unit)
+        session = Session(adapter, policy, SessionConfig(chunk_frames=4))
         layer0 = []
-        session.chunk_layer_hook = lambda index: layer0.append(index) if index == 0 else None
         report = None
-        for i, frame in enumerate(frames(4)):
-            report = session.add_frame(frame, float(i)) or report
+        with failpoints.armed(prefill=lambda layer, **_: layer0.append(layer) if layer == 0 else None):
+            for i, frame in enumerate(frames(4)):
+                report = session.add_frame(frame, float(i)) or report
         calls.append((len(layer0), report.units))
     assert calls[0][0] == calls[0][1] and calls[1][0] == 1
 
 
 def test_questions_leave_the_cache_as_it_was_and_failures_undo_the_chunk(adapter, frames):
-    session = Session(adapter, make_policy("h2svc", w_s=1, w_w=2, n_e=3), SessionConfig(chunk_frames=4))
+    session = Session(adapter, policy_for(adapter, "h2svc", w_s=1, w_w=2, n_e=3), SessionConfig(chunk_frames=4))
     feed(session, frames(16))
     before = session.policy.state_dict()
     first = session.ask("where is the red ball?", max_new_tokens=5)
@@ -125,32 +126,30 @@ def test_questions_leave_the_cache_as_it_was_and_failures_undo_the_chunk(adapter
     earlier_units = 4 // adapter.frames_per_unit - 1
     forwards = []
 
-    def fault(index):
-        forwards.append(index)
-        if len(forwards) > earlier_units * layers and index == 2:
+    def fault(layer, **_):
+        forwards.append(layer)
+        if len(forwards) > earlier_units * layers and layer == 2:
             raise RuntimeError("injected")
 
-    session.chunk_layer_hook = fault
     units_before = dict(session.units)
-    with pytest.raises(ChunkError, match="injected"):
+    with failpoints.armed(prefill=fault), pytest.raises(ChunkError, match="injected"):
         feed(session, frames(4, start=16))
     assert len(forwards) == earlier_units * layers + 3
     assert states_equal(session.policy.state_dict(), before) and session.units == units_before
-    session.chunk_layer_hook = None
     feed(session, frames(4, start=40))
     assert session.status().chunks_encoded == 5
 
 
 def test_snapshot_round_trip_and_refusal(adapter, frames, tmp_path):
-    session = Session(adapter, make_policy("h2svc", w_s=2, w_w=3, n_e=4), SessionConfig(chunk_frames=4))
+    session = Session(adapter, policy_for(adapter, "h2svc", w_s=2, w_w=3, n_e=4), SessionConfig(chunk_frames=4))
     feed(session, frames(20))
     path = str(tmp_path / "memory.pt")
     session.save(path)
-    other = Session(adapter, make_policy("h2svc", w_s=2, w_w=3, n_e=4), SessionConfig(chunk_frames=4))
+    other = Session(adapter, policy_for(adapter, "h2svc", w_s=2, w_w=3, n_e=4), SessionConfig(chunk_frames=4))
     other.load(path)
     assert states_equal(other.policy.state_dict(), session.policy.state_dict())
     assert other.ask("what?", max_new_tokens=4).text == session.ask("what?", max_new_tokens=4).text
-    different = Session(adapter, make_policy("h2svc", w_s=3, w_w=3, n_e=4), SessionConfig(chunk_frames=4))
+    different = Session(adapter, policy_for(adapter, "h2svc", w_s=3, w_w=3, n_e=4), SessionConfig(chunk_frames=4))
     with pytest.raises(SnapshotError, match="policy_config"):
         different.load(path)
 
@@ -179,14 +178,15 @@ def test_bundled_head_maps_fit_their_models(name, request):
     assert (head_map.model_id, head_map.config_hash) == (adapter.model_id, adapter.config_hash)
     assert (head_map.num_layers, head_map.num_kv_heads) == (g.num_layers, g.num_kv_heads)
     assert head_map.split == [1, 3, 4] and head_map.profile["videos"] == 16
-    # the bundled map is what the policy finds by default
-    policy = make_policy("h2svc")
+    # the bundled map is what the factory finds by default, in the model's folder
+    policy = build_policy(adapter, "h2svc", {})
     policy.setup(g)
     assert policy.bank_id.tolist() == head_map.bank_id
 
 
 def test_factory_without_a_head_map_names_the_command_and_the_parameter(tmp_path):
     path = make_variant(tmp_path, "tiny-qwen2_5_vl", rms_norm_eps=1e-5)
+    (pathlib.Path(path) / HEAD_MAP_FILE).unlink()  # a model folder without a head map of its own
     with pytest.raises(ConfigError) as err:
         build_session({"model_path": path, "policy": "h2svc", "device": "cpu"})
     assert err.value.parameter == "h2svc.head_map_path"
@@ -207,7 +207,7 @@ def test_factory_passes_h2svc_parameters_and_refuses_bad_ones():
         build_session({"policy": "h2svc", "h2svc.n_e": 1, "device": "cpu"})
 
 
-def test_config_file_holds_the_spec_defaults():
+def test_config_file_holds_the_documented_defaults():
     params = yaml.safe_load((pathlib.Path(__file__).resolve().parents[1] / "config" / "h2svc.yaml").read_text())
     params = params["/**"]["ros__parameters"]
     assert params["policy"] == "h2svc"

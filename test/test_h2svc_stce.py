@@ -1,4 +1,4 @@
-"""STCE (h2svc_spec §3.4) on hand-computed trajectories: the score, edge cases, O(1) maintenance."""
+"""STCE (docs/h2svc.md §3.4) on hand-computed trajectories: the score, edge cases, O(1) maintenance."""
 import math
 
 import pytest
@@ -7,7 +7,7 @@ import torch
 from streamcache_ros.engine.cache.stce import TrajectoryBank, stce_score
 
 D = 8
-JITTER = 0.01  # TC3's ε: the size of the jitter (CLARIFICATIONS), not the norm guard
+JITTER = 0.01  # TC3's ε: the size of the jitter (docs/h2svc.md, TC3), not the norm guard
 
 
 def e(i: int) -> torch.Tensor:

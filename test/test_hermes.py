@@ -1,5 +1,5 @@
 """HERMES on both tiny models: bounded memory, positions in range, answering leaves the cache alone,
-the guidance provider, keys after re-indexing, the configuration file."""
+the guidance queries, keys after re-indexing, the configuration file, the old parameter names."""
 import pathlib
 
 import pytest
@@ -8,12 +8,13 @@ import yaml
 
 from streamcache_ros.engine import Session, SessionConfig, load_adapter, make_policy
 from streamcache_ros.engine.adapters.base import project_qk
-from streamcache_ros.engine.cache import SUMMARY_UNIT, ChunkContext, policy_parameters
+from streamcache_ros.engine.cache import SUMMARY_UNIT, policy_parameters
 from streamcache_ros.engine.cache.hermes import HermesPolicy
 from streamcache_ros.engine.cache.hermes_rules import guidance_prompts
 from streamcache_ros.engine.cache.rope import apply_rotary
 from streamcache_ros.engine.errors import ConfigError
 from streamcache_ros.engine.factory import build_session
+from streamcache_ros.engine.guidance import GuidanceProvider
 
 from conftest import FAMILIES, make_variant
 
@@ -72,7 +73,7 @@ class RecordingHermes(HermesPolicy):
 @pytest.mark.parametrize("family, params", [
     ("tiny-llava_onevision", {}),
     ("tiny-qwen2_5_vl", {}),
-    ("tiny-qwen2_5_vl", {"qwen_reindex": "dense_rank", "qwen_rope": "layer0"}),
+    ("tiny-qwen2_5_vl", {"qwen_reindex": "dense_rank", "qwen_rope": "layer0"}),  # the old names still work
 ])
 def test_positions_never_leave_the_model_range(tmp_path, frames, family, params):
     limit = 200
@@ -95,20 +96,14 @@ def test_positions_never_leave_the_model_range(tmp_path, frames, family, params)
 
 def test_answering_leaves_the_cache_unchanged_and_only_steers_the_next_prompts(adapter, frames, monkeypatch):
     texts = []
-
-    class SpyGuidance:  # the real provider, with the prompt texts written down
-        def __init__(self, real):
-            self.real = real
-
-        def token_ids(self, text):
-            texts.append(text)
-            return self.real.token_ids(text)
-
-        def __getattr__(self, name):
-            return getattr(self.real, name)
-
-    monkeypatch.setattr(adapter, "guidance", SpyGuidance(adapter.guidance))
     session = Session(adapter, make_policy("hermes", budget_tokens=BUDGET), SessionConfig(chunk_frames=4))
+    real = session.guidance.token_ids
+
+    def token_ids(text):  # the session's guidance provider, with the prompt texts written down
+        texts.append(text)
+        return real(text)
+
+    monkeypatch.setattr(session.guidance, "token_ids", token_ids)
     list(feed(session, frames(24)))
     before = session.policy.state_dict()
     first = session.ask("where is the red ball?", max_new_tokens=6)
@@ -162,9 +157,9 @@ def test_hidden_guidance_queries_start_from_the_embeddings_at_layer_0(family, fr
                       SessionConfig(chunk_frames=4))
     list(feed(session, frames(16)))
     before = session.policy.state_dict()
-    ids = adapter.guidance.token_ids("a red ball on the table")
-    hidden = adapter.guidance.hidden_qk(ids, session.policy)
-    embedded = adapter.guidance.embedding_qk(ids)
+    ids = session.guidance.token_ids("a red ball on the table")
+    hidden = session.guidance.hidden_qk(ids, session.policy)
+    embedded = session.guidance.embedding_qk(ids)
     assert states_equal(before, session.policy.state_dict())
     assert len(hidden) == len(embedded) == 4
     # layer 0's input is the embedding itself; later layers differ (D3 is what `embedding` keeps)
@@ -242,7 +237,7 @@ def test_config_file_lists_every_parameter_with_its_default():
 
 @pytest.mark.parametrize("family", FAMILIES)
 def test_guidance_attention_matches_a_manual_pass_with_the_models_own_rope(family, frames, request):
-    """hermes_spec §6, computed here from the transformers modules: embeddings -> input_layernorm_l ->
+    """docs/hermes.md §6, computed here from the transformers modules: embeddings -> input_layernorm_l ->
     q/k projections -> the model's rotary embedding at the layer's next positions -> softmax over the
     layer's cached keys and the guidance keys -> mean over heads, candidates, mean over tokens."""
     adapter = request.getfixturevalue("qwen_adapter" if "qwen" in family else "llava_adapter")
@@ -250,7 +245,8 @@ def test_guidance_attention_matches_a_manual_pass_with_the_models_own_rope(famil
     list(feed(session, frames(16)))
     policy = session.policy
     prefix = len(adapter.prefix_ids)
-    attention = policy.layer_attention(ChunkContext(0, guidance=adapter.guidance), prefix)
+    request = policy.guidance_for([])
+    attention = policy.layer_attention(GuidanceProvider(adapter).compute(request, policy), prefix)
     text = guidance_prompts([])
     model = adapter.text_model
     with torch.inference_mode():

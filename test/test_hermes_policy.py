@@ -6,6 +6,8 @@ import torch
 from streamcache_ros.engine.cache import PREFIX_UNIT, SUMMARY_UNIT, CacheGeometry, NewTokens, make_policy
 from streamcache_ros.engine.cache.rope import RotarySpec, apply_rotary
 
+from conftest import family_traits
+
 HEAD_DIM = 16
 
 
@@ -15,7 +17,7 @@ def geometry(family, num_layers=4):
     return CacheGeometry(num_layers=num_layers, num_q_heads=2, num_kv_heads=1, head_dim=HEAD_DIM,
                          dtype=torch.float32, device=torch.device("cpu"),
                          rotary=RotarySpec(inv_freq=inv_freq, mrope_section=section),
-                         max_position_embeddings=4096, model_family=family)
+                         max_position_embeddings=4096, traits=family_traits(family))
 
 
 def chunk_rel(axes, units, rows=2, cols=2, t_stride=4):
@@ -166,7 +168,7 @@ def test_qwen_rope_mode(mode, family):
 def test_bad_parameters_are_refused_with_their_name():
     for params, name in [({"qwen_rope": "x"}, "qwen_rope"), ({"guidance_queries": "y"}, "guidance_queries"),
                          ({"qwen_reindex": "z"}, "qwen_reindex"), ({"lambda_mid": 1.5}, "lambda_mid"),
-                         ({"llava_mid_k": [1.0]}, "llava_mid_k"), ({"budget_tokens": 0}, "budget_tokens"),
+                         ({"mid_k": [1.0]}, "mid_k"), ({"budget_tokens": 0}, "budget_tokens"),
                          ({"shallow_end_ratio": 0.8}, "shallow_end_ratio"), ({"score_dtype": "f8"}, "score_dtype")]:
         with pytest.raises(ValueError, match=name):
             make_policy("hermes", **params)
@@ -196,7 +198,7 @@ def test_shift_reindex_falls_back_to_dense_ranks_when_the_chunks_do_not_fit():
     assert roomy.policy.layers[0].positions[0, 3:].tolist() == [42.0, 82.0, 122.0, 162.0]
 
 
-# -- the whole step against a transcription of the reference's code (hermes_spec §7-§10) ---------------
+# -- the whole step against a transcription of the reference's code (docs/hermes.md §7-§10) ---------------
 def _reference_rotate(keys, rotary, old, new):
     """The reference's delta (reindex_1d.py): cosΔ = cos_new·cos_old + sin_new·sin_old,
     sinΔ = sin_new·cos_old − cos_new·sin_old."""
@@ -209,7 +211,7 @@ def _reference_rotate(keys, rotary, old, new):
 
 
 def _reference_step(keys, values, positions, attention, prefix_len, kv_size, qwen, streaming, threshold, rotary):
-    """prune_kv_cache_by_attention + _shrink_positions_and_rerotate_keys, written out as the spec quotes
+    """prune_kv_cache_by_attention + _shrink_positions_and_rerotate_keys, written out as docs/hermes.md quotes
     them (one loop per stage, no shared helpers), on per-layer lists of tensors."""
     layers = len(keys)
     short_end, long_start = int(layers * 0.1), int(layers * (1 - 0.3))
@@ -288,7 +290,7 @@ def test_a_whole_step_matches_the_reference_transcription_on_28_layers(family, m
     count = len(policy.layers[0]) - 3
     attention = [torch.rand(count) for _ in range(28)]
     expected = _reference_step(*zip(*stores), attention, 3, 10, qwen, mode == "lazy",
-                               policy.reindex_threshold(), policy.geometry.rotary)
+                               policy.rule.threshold, policy.geometry.rotary)
     # the policy skips the attention of layers with ω = 1 (it has weight 0): give it None there
     given = [None if omega == 1.0 else attn for (omega, _), attn in zip(policy.schedule, attention)]
     policy.shrink(policy.plan(given, 3), compact=mode == "eager")

@@ -1,4 +1,4 @@
-"""HERMES's rules on hand-made tensors. Expected values are worked out by hand from hermes_spec."""
+"""HERMES's rules on hand-made tensors. Expected values are worked out by hand from docs/hermes.md."""
 import math
 
 import pytest
@@ -6,21 +6,26 @@ import torch
 
 from streamcache_ros.engine.cache import CacheGeometry, NewTokens, make_policy
 from streamcache_ros.engine.cache.hermes_rules import (DEEP, GLOBAL_PROMPT, LOCAL_PROMPT, MID, SHALLOW,
-                                                       dense_rank_positions, guidance_attention, guidance_prompts,
+                                                       guidance_attention, guidance_prompts,
                                                        interpolate_linear, keep_indices, layer_budget, layer_roles,
                                                        layer_split, raw_scores, recency_norm, sanitize_keep,
                                                        smooth_scores, summary_token)
 from streamcache_ros.engine.cache.rope import RotarySpec
-from streamcache_ros.engine.session import Exchange
+from streamcache_ros.engine.cache.positions import dense_rank_positions
+from streamcache_ros.engine.status import Exchange
+
+from conftest import family_traits
 
 LN2, LN3 = math.log(2.0), math.log(3.0)
 
 
 def toy_geometry(num_layers, family="llava_onevision", head_dim=8, rotary=None):
-    rotary = rotary or RotarySpec(inv_freq=torch.ones(head_dim // 2))
+    traits = family_traits(family)
+    section = (head_dim // 4, head_dim // 8, head_dim // 8) if traits.rope_layout == "mrope" else None
+    rotary = rotary or RotarySpec(inv_freq=torch.ones(head_dim // 2), mrope_section=section)
     return CacheGeometry(num_layers=num_layers, num_q_heads=2, num_kv_heads=1, head_dim=head_dim,
                          dtype=torch.float32, device=torch.device("cpu"), rotary=rotary,
-                         max_position_embeddings=4096, model_family=family)
+                         max_position_embeddings=4096, traits=traits)
 
 
 # -- §1 layer split ---------------------------------------------------------------------------------
@@ -36,7 +41,7 @@ def test_layer_roles_at_28_layers_are_2_17_9():
     assert roles[1] == SHALLOW and roles[2] == MID and roles[18] == MID and roles[19] == DEEP
 
 
-# -- §7 ω and k schedules (the spec's L=28 table) ----------------------------------------------------------
+# -- §7 ω and k schedules (docs/hermes.md's L=28 table) ----------------------------------------------------------
 TABLE_28 = {  # layer: (ω LLaVA, k LLaVA, ω Qwen, k Qwen)
     0: (1, 20, 1, 20), 1: (1, 20, 1, 20),
     2: (1.0, 20.0, 0.75, 20.0), 3: (0.9471, 18.8529, 0.7147, 19.2941),
@@ -46,7 +51,7 @@ TABLE_28 = {  # layer: (ω LLaVA, k LLaVA, ω Qwen, k Qwen)
 
 
 @pytest.mark.parametrize("family, column", [("llava_onevision", 0), ("qwen2_5_vl", 2)])
-def test_omega_and_k_per_layer_match_the_spec_table(family, column):
+def test_omega_and_k_per_layer_match_the_docs_table(family, column):
     policy = make_policy("hermes")
     policy.setup(toy_geometry(28, family))
     for layer, row in TABLE_28.items():
@@ -228,7 +233,7 @@ def test_summary_key_on_mrope_moves_every_axis_to_the_target():
 
 
 def test_dense_rank_reindex_ranks_each_axis_on_its_own():
-    # spec §10.2: with P = 5, t 12,12,13,21 becomes 5,5,6,7; h and w are ranked separately
+    # docs/hermes.md §10.2: with P = 5, t 12,12,13,21 becomes 5,5,6,7; h and w are ranked separately
     prefix = [0.0, 1.0, 2.0, 3.0, 4.0]
     old = torch.tensor([prefix + [12, 12, 13, 21], prefix + [20, 18, 18, 30], prefix + [7, 9, 8, 7]])
     new = dense_rank_positions(old, prefix_len=5)
@@ -251,7 +256,7 @@ def _toy_stores(policy, prefix_len, video):
 def test_selection_on_a_three_layer_toy():
     # roles shallow / mid / deep (int(3·0.34) = 1, int(3·0.67) = 2); mid at p = 0 with ω = 1/2, k = 3 ln 2
     policy = make_policy("hermes", budget_tokens=2, shallow_end_ratio=0.34, deep_start_ratio=0.67,
-                         llava_mid_omega=[0.5, 0.0], llava_mid_k=[3 * LN2, 0.0])
+                         mid_omega=[0.5, 0.0], mid_k=[3 * LN2, 0.0])
     policy.setup(toy_geometry(3))
     torch.manual_seed(0)
     _toy_stores(policy, prefix_len=1, video=4)

@@ -1,5 +1,5 @@
 """A bad parameter ends streamcache_node with exit code 2 and ONE line naming the parameter, no
-traceback (CONTRACT: set-up and entry points). Real processes, started together."""
+traceback (docs/interfaces.md: set-up and entry points). Real processes, started together."""
 import shutil
 import subprocess
 

@@ -1,5 +1,5 @@
-"""`streamcache_node` with no arguments (CONTRACT): the bundled tiny model, camera /camera/image_raw,
-policy hermes (fifo until HERMES is registered), the root namespace; here on a machine WITHOUT
+"""`streamcache_node` with no arguments (docs/interfaces.md): the bundled tiny model, camera
+/camera/image_raw, policy hermes, the root namespace; here on a machine WITHOUT
 diagnostic_updater (hidden from the process), so /diagnostics comes from the built-in fallback with
 the same statuses."""
 import pytest
@@ -10,10 +10,9 @@ from std_msgs.msg import Header
 
 from node_procs import Probe, Proc, child_env, client_of, new_domain, python_module, stamp_ns
 from streamcache_ros import clip
-from streamcache_ros.engine.cache import POLICIES
 
 S = 1_000_000_000
-DEFAULT_POLICY = "hermes" if "hermes" in POLICIES else "fifo"
+DEFAULT_POLICY = "hermes"
 
 
 @pytest.fixture(scope="module")

@@ -1,7 +1,8 @@
 """What each diagnostic status says and at which level (OK / WARN / ERROR mean something)."""
 from diagnostic_msgs.msg import DiagnosticStatus
-from streamcache_ros_interfaces.msg import MemoryStatus
 
+from streamcache_ros.engine.cache import CacheStats
+from streamcache_ros.engine.status import ChunkReport, DeviceMemory, SessionStatus
 from streamcache_ros.node import diagnostics
 from streamcache_ros.node.sampler import CameraCounters
 
@@ -50,17 +51,28 @@ def test_camera_levels():
     assert run(task.run)[0] == WARN
 
 
-def make(status, **context):
-    ctx = {"active": True, "prefix_tokens": 20, "chunk_span_s": 8.0, "chunk_error": "", "gpu_total_bytes": 0, **context}
-    return diagnostics.EngineTasks(lambda: status, lambda: ctx)
+def engine_status(policy="fifo", model_id="tiny", frames_in_memory=16, kv_tokens=468, kv_bytes=119808,
+                  budget_tokens=96, layer_tokens=(116, 116, 116, 116), bank_tokens=(), gpu_allocated_bytes=0,
+                  gpu_reserved_bytes=0, gpu_total_bytes=0, chunks_encoded=0, chunks_failed=0, encode_ms=0.0,
+                  prefill_ms=0.0, compress_ms=0.0, last_ttft_ms=0.0, prefix_tokens=20, **more):
+    """The engine's typed status, from the figures a MemoryStatus message carries."""
+    cache = CacheStats(policy, list(layer_tokens), kv_tokens, kv_bytes, budget_tokens, bank_tokens=list(bank_tokens))
+    chunk = ChunkReport(0, "", 4, 2, 8, encode_ms, prefill_ms, compress_ms) if chunks_encoded else None
+    device = DeviceMemory(gpu_allocated_bytes, gpu_reserved_bytes, 0, gpu_total_bytes)
+    return SessionStatus(policy=policy, model_id=model_id, frames_in_memory=frames_in_memory, cache=cache,
+                         prefix_tokens=prefix_tokens, device_memory=device,
+                         last_chunk=chunk, chunks_encoded=chunks_encoded, chunks_failed=chunks_failed,
+                         last_ttft_ms=last_ttft_ms, **more)
+
+
+def make(fields, chunk_error="", gpu_total_bytes=0, **view):
+    status = engine_status(**fields, gpu_total_bytes=gpu_total_bytes)
+    return diagnostics.EngineTasks(lambda: diagnostics.EngineView(status, chunk_span_s=8.0, chunk_error=chunk_error,
+                                                                  **view))
 
 
 def memory(**fields):
-    m = MemoryStatus(policy="fifo", model_id="tiny", frames_in_memory=16, kv_tokens=468, kv_bytes=119808,
-                     budget_tokens=96, layer_tokens=[116, 116, 116, 116])
-    for key, value in fields.items():
-        setattr(m, key, value)
-    return m
+    return fields
 
 
 def test_memory_levels():
@@ -93,3 +105,14 @@ def test_latency_levels():
     level, message, _ = run(failing.latency)
     assert level == ERROR and "1 chunk(s) failed: ChunkError: out of memory" == message
     assert run(failing.latency)[0] == OK  # reported once: the next update has no new failure
+
+
+def test_chunks_failing_again_and_again_turn_the_memory_error():
+    once = memory(chunks_encoded=3, chunks_failed=1, chunks_failed_in_a_row=1, newest_stamp=12.0)
+    assert run(make(once, chunk_error="ChunkError: boom").memory)[0] == OK  # one failure: latency says it
+    stale = memory(chunks_encoded=3, chunks_failed=5, chunks_failed_in_a_row=diagnostics.FAILING_CHUNKS,
+                   newest_stamp=12.0)
+    level, message, values = run(make(stale, chunk_error="ChunkError: boom").memory)
+    assert level == ERROR and message.startswith(f"the memory is not updating: the last {diagnostics.FAILING_CHUNKS}")
+    assert "ChunkError: boom" in message and "up to stamp 12.000" in message
+    assert values["Chunks failed in a row"] == str(diagnostics.FAILING_CHUNKS)

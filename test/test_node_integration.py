@@ -9,6 +9,7 @@ two frames (Qwen2.5-VL's temporal patch). Timeouts only guard against hangs.
 import json
 import subprocess
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -108,8 +109,13 @@ def test_lock_step_replay_then_the_service_and_the_action_answer(client, domain,
     before = client.memory_status()
     done = replay(domain, bags["short"], "--fast")
     assert "40 acknowledged" in done.stdout
+    asked = time.time()
     r = client.ask("What is on the table?")
+    answered = time.time()
     assert r.success, r.error_message
+    # freshness by the node's clock (the system clock here, as this test's): from the newest frame to the answer
+    newest = (START + 19 * S) / S
+    assert asked - newest - 1e-3 <= r.newest_frame_age_s <= answered - newest + 1e-3
     # 40 frames at 2 fps, sampled at 1 fps: stamps START + 0, 1, ..., 19 s, in 5 chunks of 4.
     # FIFO keeps 8 units of 2 frames: the newest 16 frames, START + 4 .. 19 s.
     assert r.frames_in_memory == 16
@@ -126,6 +132,7 @@ def test_lock_step_replay_then_the_service_and_the_action_answer(client, domain,
     result = client.ask_streaming("What is on the table?", on_text=lambda partial, new: pieces.append((partial, new)))
     assert result.success and result.error_message == ""
     assert result.answer == r.answer  # greedy, and answering leaves the cache as it was
+    assert result.newest_frame_age_s >= r.newest_frame_age_s  # the action result says it too, a little later
     assert pieces and "".join(new for _, new in pieces).strip() == result.answer
     assert all(b.startswith(a) for (a, _), (b, _) in zip(pieces, pieces[1:]))  # the partial answer grows
     assert result.frames_in_memory == 16 and near(result.newest_stamp, START + 19 * S)
@@ -143,6 +150,7 @@ def test_the_ask_cli(client, domain):
     assert done.returncode == 0 and done.stdout.strip() == service.answer
     found = cli("--json", "What is on the table?")  # no --namespace: the one node is found
     assert found.returncode == 0 and json.loads(found.stdout)["answer"] == service.answer
+    assert json.loads(found.stdout)["newest_frame_age_s"] >= service.newest_frame_age_s
     streamed = cli("--namespace", NS, "--stream", "What is on the table?")
     assert streamed.returncode == 0 and streamed.stdout.strip() == service.answer
     refused = cli("--namespace", NS, "--camera", "/other/cam", "What is on the table?")
@@ -376,3 +384,19 @@ def test_sigint_stops_the_node_cleanly(node, client):
     assert node.stop() == 0
     assert not node.alive()
     assert "Traceback" not in node.output()
+
+
+def test_the_uniform_policy_through_the_node(domain, bags, geometry):
+    """policy: uniform served by the node: the short bag's 20 sampled frames are 10 units; a budget of 4
+    units keeps units 0, 2, 5 and 9 (spread over the stream, the first and the newest kept)."""
+    ns = "/sc_uniform"
+    budget = 4 * geometry["tokens_per_unit"]
+    with Proc(tiny_node(ns, [CAM], policy="uniform", budget_tokens=budget), child_env(domain)) as proc, \
+            client_of(proc, domain, ns) as client:
+        replay_lock_step(domain, bags["short"], ns, "--fast")
+        r = client.ask("What is on the table?")
+        assert r.success and (r.method, r.error_message) == ("uniform", ""), r.error_message
+        assert r.frames_in_memory == 8 and near(r.oldest_stamp, START) and near(r.newest_stamp, START + 19 * S)
+        status = client.memory_status()
+        assert (status.policy, status.budget_tokens) == ("uniform", budget)
+        assert max(status.layer_tokens) == geometry["prefix"] + budget

@@ -49,7 +49,7 @@ def test_live_launch_content():
                                            budget_tokens="4000", policy="fifo")
     assert {"namespace", "params_file", "policy_params_file", "camera_topics", "model_path", "policy",
             "budget_tokens", "device", "sample_fps", "log_level"} <= set(declared)
-    assert context.launch_configurations["namespace"] == "streamcache"  # CONTRACT: the launch files' namespace
+    assert context.launch_configurations["namespace"] == "streamcache"  # docs/interfaces.md: the launch namespace
     assert pathlib.Path(context.launch_configurations["params_file"]).name == "streamcache.yaml"
     assert pathlib.Path(context.launch_configurations["params_file"]).is_file()
     (node,) = produced

@@ -1,5 +1,6 @@
-"""The node's parameters: every engine and policy parameter declared with a descriptor, bad values
-turned into a ConfigError naming the parameter, policy parameters inheriting the general ones."""
+"""The node's parameters: every engine and policy parameter declared with a descriptor (policy ones
+from their settings dataclasses), bad values turned into a ConfigError naming the parameter, policy
+parameters inheriting the general ones, old names declared and still working."""
 import pytest
 import rclpy
 from rclpy.node import Node
@@ -7,7 +8,7 @@ from rclpy.parameter import Parameter
 
 from streamcache_ros.engine.cache import POLICIES, policy_parameters
 from streamcache_ros.engine.errors import ConfigError
-from streamcache_ros.engine.factory import ENGINE_DEFAULTS
+from streamcache_ros.engine.factory import ENGINE_DEFAULTS, build_policy
 from streamcache_ros.node import params
 
 
@@ -43,7 +44,7 @@ def test_contract_parameters_are_declared_with_descriptions(make_node):
         assert name in values, name
         assert node.describe_parameter(name).description, name
     assert values["camera_topics"] == ["/camera/image_raw"]
-    assert values["policy"] == ("hermes" if "hermes" in POLICIES else "fifo")
+    assert values["policy"] == "hermes"
     assert values["autostart"] is True
     for policy in POLICIES:
         for arg in policy_parameters(policy):
@@ -57,6 +58,13 @@ def test_ranges_are_in_the_descriptors(make_node):
     assert fps.from_value > 0
     assert node.describe_parameter("chunk_frames").integer_range[0].from_value == 1
     assert node.describe_parameter("model_path").read_only
+    # a policy's settings give its parameters real descriptions and ranges
+    n_e = node.describe_parameter("h2svc.n_e")
+    assert n_e.integer_range[0].from_value == 2 and "STCE" in n_e.description
+    lam = node.describe_parameter("hermes.lambda_mid").floating_point_range[0]
+    assert (lam.from_value, lam.to_value) == (0.0, 1.0)
+    assert "constructor argument" not in node.describe_parameter("hermes.guidance_queries").description
+    assert "embedding | hidden" in node.describe_parameter("hermes.guidance_queries").description
 
 
 @pytest.mark.parametrize("overrides, parameter, words", [
@@ -109,3 +117,41 @@ def test_unknown_overrides_are_reported(make_node):
     node = make_node(**{"budget_tokens": 128, "hermes.no_such_thing": 1.0, "chunk_frame": 4})
     params.declare_all(node)
     assert params.unknown_overrides(node) == ["chunk_frame", "hermes.no_such_thing"]
+
+
+def test_old_parameter_names_are_declared_and_still_work(make_node, qwen_adapter, llava_adapter):
+    values = params.declare_all(make_node(**{"hermes.qwen_reindex": "dense_rank", "hermes.qwen_rope": "layer0",
+                                             "hermes.qwen_mid_omega": [0.5, 0.25], "hermes.llava_mid_k": [9.0, 1.0],
+                                             "fifo.qwen_reindex": "dense_rank"}))
+    for name in ("hermes.qwen_reindex", "hermes.qwen_rope", "hermes.llava_mid_omega", "hermes.llava_mid_k",
+                 "hermes.qwen_mid_omega", "hermes.qwen_mid_k", "full.qwen_reindex", "fifo.qwen_reindex"):
+        assert name in values, name
+    engine = params.engine_params(values)
+    qwen = build_policy(qwen_adapter, "hermes", {**engine, "budget_tokens": 400})
+    qwen.setup(qwen_adapter.geometry())
+    s = qwen.settings
+    assert (s.mrope_reindex, s.mrope_rotation) == ("dense_rank", "layer0")
+    # a family's old names apply to that family's models: qwen_mid_omega here, the family's preset for k
+    assert (s.mid_omega, s.mid_k) == ([0.5, 0.25], [20.0, 12.0])
+    llava = build_policy(llava_adapter, "hermes", {**engine, "budget_tokens": 400})
+    llava.setup(llava_adapter.geometry())
+    assert (llava.settings.mid_omega, llava.settings.mid_k) == ([1.0, 0.9], [9.0, 1.0])
+    assert build_policy(qwen_adapter, "fifo", {**engine, "budget_tokens": 400}).settings.mrope_reindex == "dense_rank"
+    # the defaults of the old names change nothing: the new names and the family's presets apply
+    plain = build_policy(qwen_adapter, "hermes", {**params.engine_params(params.declare_all(make_node())),
+                                                  "hermes.mid_k": [30.0, 3.0], "budget_tokens": 400})
+    plain.setup(qwen_adapter.geometry())
+    assert (plain.settings.mid_omega, plain.settings.mid_k, plain.settings.mrope_reindex) == (
+        [0.75, 0.6], [30.0, 3.0], "shift")
+
+
+def test_an_old_name_and_its_new_name_set_apart_are_refused(qwen_adapter):
+    with pytest.raises(ConfigError, match="qwen_mid_omega .* and mid_omega .* are both set and differ"):
+        build_policy(qwen_adapter, "hermes", {"hermes.qwen_mid_omega": [0.5, 0.25], "hermes.mid_omega": [0.3, 0.1],
+                                              "budget_tokens": 400})
+    # set alike, they agree: no error
+    agreed = build_policy(qwen_adapter, "hermes", {"hermes.qwen_reindex": "dense_rank",
+                                                   "hermes.mrope_reindex": "dense_rank", "budget_tokens": 400})
+    assert agreed.settings.mrope_reindex == "dense_rank"
+    with pytest.raises(ConfigError, match="parameter 'hermes': qwen_mid_omega \\(now mid_omega\\) must be two numbers"):
+        build_policy(qwen_adapter, "hermes", {"hermes.qwen_mid_omega": [1.0], "budget_tokens": 400})

@@ -1,7 +1,7 @@
 """The vision encoder through onnxruntime on both tiny models: export, equal embeddings, equal answers,
 clear errors. Tolerances (README "Vision encoder through onnxruntime"): embeddings atol 1e-4 in
 float32; answer logits atol 1e-3, tokens compared while the torch top-2 margin exceeds that
-(CLARIFICATIONS: greedy tokens may flip where the top two logits are within the numeric error)."""
+(docs/performance.md: greedy tokens may flip where the top two logits are within the numeric error)."""
 import json
 import os
 import shutil

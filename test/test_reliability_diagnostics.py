@@ -6,13 +6,12 @@ import time
 import pytest
 import torch
 from diagnostic_msgs.msg import DiagnosticStatus
-from streamcache_ros_interfaces.msg import MemoryStatus
 
 from streamcache_ros.engine import ConfigError, Session, SessionConfig, SnapshotError, make_policy
 from streamcache_ros.node import diagnostics
 from streamcache_ros.node.sampler import CameraCounters
 from streamcache_ros.node.snapshots import SnapshotKeeper, check_path
-from test_node_diagnostics import run
+from test_node_diagnostics import engine_status, run
 
 OK, WARN, ERROR = DiagnosticStatus.OK, DiagnosticStatus.WARN, DiagnosticStatus.ERROR
 S = 1_000_000_000
@@ -53,10 +52,9 @@ def test_stamps_jumping_back_are_warn_once():
 
 
 def test_a_refused_snapshot_is_warn_on_the_memory_status():
-    ctx = {"active": True, "prefix_tokens": 20, "chunk_span_s": 8.0, "chunk_error": "", "gpu_total_bytes": 0,
-           "snapshot": "/x/memory.pt: refused", "snapshot_error": "memory snapshot refused: policy 'fifo' vs 'full'"}
-    status = MemoryStatus(policy="full", model_id="tiny", layer_tokens=[20, 20])
-    level, message, values = run(diagnostics.EngineTasks(lambda: status, lambda: ctx).memory)
+    ctx = {"snapshot": "/x/memory.pt: refused", "snapshot_error": "memory snapshot refused: policy 'fifo' vs 'full'"}
+    status = engine_status(policy="full", model_id="tiny", layer_tokens=[20, 20], budget_tokens=0)
+    level, message, values = run(diagnostics.EngineTasks(lambda: diagnostics.EngineView(status, **ctx)).memory)
     assert level == WARN and message == ctx["snapshot_error"] and values["Memory snapshot"] == "/x/memory.pt: refused"
 
 

@@ -9,16 +9,19 @@ import threading
 import pytest
 import torch
 
-from streamcache_ros.engine import (AnswerError, ChunkError, QuestionError, Session, SessionConfig, make_policy)
-from streamcache_ros.engine.faults import FaultPlan
+from streamcache_ros.engine import AnswerError, ChunkError, QuestionError, Session, SessionConfig, failpoints
+from streamcache_ros.engine.failpoints import FaultPlan
 from streamcache_ros.engine.turns import TurnLock
+
+from conftest import policy_for
 
 POLICIES = {"full": {}, "fifo": {"budget_tokens": 24}, "hermes": {"budget_tokens": 40}, "h2svc": {"n_e": 3}}
 CHUNK = 4  # frames per chunk: two Qwen2.5-VL units (temporal patches of 2 frames)
 
 
 def session_for(adapter, policy, **config):
-    return Session(adapter, make_policy(policy, **POLICIES[policy]), SessionConfig(chunk_frames=CHUNK, **config))
+    return Session(adapter, policy_for(adapter, policy, **POLICIES[policy]),
+                   SessionConfig(chunk_frames=CHUNK, **config))
 
 
 def feed(session, frames, first_stamp):
@@ -54,18 +57,17 @@ def snapshot(session, path):
     return torch.load(str(path), weights_only=True)
 
 
-def fail_on_forward(session, chunk_attempt, forward_index, exception):
-    """A layer hook that raises at the middle layer of the ``forward_index``-th forward pass of the
-    ``chunk_attempt``-th chunk (H2SVC prefills unit by unit: several forwards per chunk)."""
-    middle = len(session.adapter.text_model.layers) // 2
+def fail_on_forward(chunk_attempt, forward_index, exception):
+    """A prefill failpoint action that raises at the middle layer of the ``forward_index``-th forward
+    pass of the ``chunk_attempt``-th chunk (H2SVC prefills unit by unit: several forwards per chunk)."""
     seen = [0]
 
-    def hook(layer):
-        if session.chunk_attempts == chunk_attempt and layer == middle:
+    def action(chunk, layer, layers):
+        if chunk == chunk_attempt and layer == layers // 2:
             seen[0] += 1
             if seen[0] == forward_index:
                 raise exception
-    return hook
+    return action
 
 
 @pytest.mark.parametrize("policy", list(POLICIES))
@@ -73,8 +75,8 @@ def test_a_fault_in_the_last_prefill_step_leaves_the_cache_as_if_the_chunk_never
     clip = frames(3 * CHUNK)
     faulty = session_for(qwen_adapter, policy)
     forwards = 2 if faulty.policy.prefill_unit_by_unit else 1  # the last one: every earlier step is done
-    faulty.chunk_layer_hook = fail_on_forward(faulty, 2, forwards, RuntimeError("simulated fault"))
-    errors = feed(faulty, clip, 0.0)
+    with failpoints.armed(prefill=fail_on_forward(2, forwards, RuntimeError("simulated fault"))):
+        errors = feed(faulty, clip, 0.0)
     assert len(errors) == 1 and not errors[0].kept and "dropped: RuntimeError: simulated fault" in str(errors[0])
 
     clean = session_for(qwen_adapter, policy)
@@ -93,11 +95,11 @@ def test_cuda_out_of_memory_mid_chunk_drops_the_chunk_and_frees_the_allocator(qw
     released = []
     monkeypatch.setattr(torch.cuda, "empty_cache", lambda: released.append(1))
     session = session_for(qwen_adapter, "fifo")
-    FaultPlan.parse("chunk:2=oom").install(session)
     clip = frames(3 * CHUNK)
-    feed(session, clip[:CHUNK], 0.0)
-    before = snapshot(session, tmp_path / "before.pt")
-    errors = feed(session, clip[CHUNK:2 * CHUNK], float(CHUNK))
+    with FaultPlan.parse("chunk:2=oom").armed():
+        feed(session, clip[:CHUNK], 0.0)
+        before = snapshot(session, tmp_path / "before.pt")
+        errors = feed(session, clip[CHUNK:2 * CHUNK], float(CHUNK))
     assert len(errors) == 1 and errors[0].out_of_memory and not errors[0].kept
     assert "OutOfMemoryError: CUDA out of memory" in str(errors[0]) and "lower budget_tokens" in str(errors[0])
     assert released == [1]
@@ -109,9 +111,9 @@ def test_cuda_out_of_memory_mid_chunk_drops_the_chunk_and_frees_the_allocator(qw
 @pytest.mark.parametrize("policy", ["fifo", "hermes", "h2svc"])
 def test_a_fault_while_compressing_keeps_the_chunk_and_the_next_chunk_compresses(qwen_adapter, frames, policy):
     session = session_for(qwen_adapter, policy)
-    FaultPlan.parse("compress:3=oom").install(session)
     prefix = len(qwen_adapter.prefix_ids)
-    errors = feed(session, frames(3 * CHUNK), 0.0)
+    with FaultPlan.parse("compress:3=oom").armed():
+        errors = feed(session, frames(3 * CHUNK), 0.0)
     assert len(errors) == 1 and errors[0].kept and errors[0].out_of_memory
     assert "compressing failed (OutOfMemoryError" in str(errors[0]) and "frames are kept" in str(errors[0])
     # the bookkeeping matches what the cache holds: every unit in the cache is booked, and back
@@ -130,13 +132,13 @@ def test_a_fault_mid_question_leaves_the_cache_unchanged(qwen_adapter, frames, t
     released = []
     monkeypatch.setattr(torch.cuda, "empty_cache", lambda: released.append(1))
     session = session_for(qwen_adapter, "fifo")
-    FaultPlan.parse("question:1=oom,question:2=error").install(session)
     feed(session, frames(2 * CHUNK), 0.0)
     before = snapshot(session, tmp_path / "before.pt")
-    with pytest.raises(AnswerError, match="answering failed: OutOfMemoryError: CUDA out of memory.*unchanged"):
-        session.ask("what moved?", max_new_tokens=4)
-    with pytest.raises(AnswerError, match="answering failed: RuntimeError: injected fault at question 2"):
-        session.ask("what moved?", max_new_tokens=4)
+    with FaultPlan.parse("question:1=oom,question:2=error").armed():
+        with pytest.raises(AnswerError, match="answering failed: OutOfMemoryError: CUDA out of memory.*unchanged"):
+            session.ask("what moved?", max_new_tokens=4)
+        with pytest.raises(AnswerError, match="answering failed: RuntimeError: injected fault at question 2"):
+            session.ask("what moved?", max_new_tokens=4)
     assert released == [1]  # only after the out-of-memory error
     assert_same(before, snapshot(session, tmp_path / "after.pt"))
     fresh = session_for(qwen_adapter, "fifo")
@@ -189,8 +191,23 @@ def test_fault_plan_parsing():
     assert plan.faults == {("chunk", 2): "oom", ("question", 10): "error", ("compress", 1): "oom"}
     assert str(plan) == "chunk:2=oom,compress:1=oom,question:10=error"
     for bad in ("chunk:0=oom", "chunk:2", "frame:1=oom", "chunk:1=segfault"):
-        with pytest.raises(ValueError, match="is not <chunk|compress|question>"):
+        with pytest.raises(ValueError, match="is not <encode|chunk|compress|question>"):
             FaultPlan.parse(bad)
+
+
+def test_failpoints_are_off_unless_armed_and_patch_nothing(qwen_adapter, frames, monkeypatch):
+    session = session_for(qwen_adapter, "fifo")
+    after_chunk = session.policy.after_chunk
+    assert failpoints.layer_hook("prefill", chunk=1, layers=4) is None  # off: the decoder calls nothing
+    failpoints.hit("compress", chunk=1)  # off: nothing happens
+    monkeypatch.setenv(failpoints.ENV, "encode:2=error")
+    plan = failpoints.FaultPlan.from_environment()
+    with plan.armed():
+        errors = feed(session, frames(3 * CHUNK), 0.0)
+    assert [str(e).split(": ", 1)[1] for e in errors] == ["RuntimeError: injected fault at encode 2"]
+    assert not errors[0].kept and session.status().chunks_encoded == 2
+    assert session.policy.after_chunk == after_chunk  # nothing was patched
+    assert failpoints.layer_hook("prefill", chunk=1, layers=4) is None  # disarmed again
 
 
 def _start(target, *args):
@@ -271,3 +288,15 @@ def test_ingest_waits_for_one_question_at_most(qwen_adapter, frames):
     assert answers["first"].frames_in_memory == CHUNK
     assert answers["second"].frames_in_memory == 2 * CHUNK and session.status().chunks_encoded == 2
     assert session.status().most_questions_a_chunk_waited_for == 1
+
+
+def test_chunks_failing_in_a_row_are_counted_until_one_goes_through(qwen_adapter, frames):
+    session = session_for(qwen_adapter, "fifo")
+    clip = frames(5 * CHUNK)
+    with FaultPlan.parse("chunk:2=error,encode:3=oom,compress:4=error").armed():
+        errors = feed(session, clip[:4 * CHUNK], 0.0)
+        status = session.status()
+        assert len(errors) == 3 and status.chunks_failed == 3 and status.chunks_failed_in_a_row == 3
+        assert status.last_chunk_error == str(errors[-1]) and "compressing failed" in status.last_chunk_error
+        assert feed(session, clip[4 * CHUNK:], 4.0 * CHUNK) == []
+    assert session.status().chunks_failed_in_a_row == 0 and session.status().chunks_failed == 3

@@ -4,8 +4,8 @@ import math
 import pytest
 import torch
 
-from streamcache_ros.engine.cache.rope import (RotarySpec, apply_rotary, compact_positions_1d,
-                                               compact_positions_shift, rotate_by_delta, rotate_half)
+from streamcache_ros.engine.cache.positions import sequential_positions, shift_positions
+from streamcache_ros.engine.cache.rope import RotarySpec, apply_rotary, rotate_by_delta, rotate_half
 
 
 def test_rotate_half_layout():
@@ -61,7 +61,7 @@ def test_rotary_delta_equals_recomputing_at_new_positions(section):
 
 
 def test_compact_1d_counts_from_zero():
-    assert compact_positions_1d(4).tolist() == [[0.0, 1.0, 2.0, 3.0]]
+    assert sequential_positions(4).tolist() == [[0.0, 1.0, 2.0, 3.0]]
 
 
 def test_compact_shift_keeps_each_chunk_geometry():
@@ -73,7 +73,7 @@ def test_compact_shift_keeps_each_chunk_geometry():
         [0, 1, 10, 10, 11, 11, 40],
     ]).float()
     groups = torch.tensor([-1, -1, 5, 5, 5, 5, -9])
-    new = compact_positions_shift(old, groups, prefix_len=2)
+    new = shift_positions(old, groups, prefix_len=2)
     # chunk: min over axes 10 -> starts at 2: delta -8 on every axis
     assert new[:, 2:6].tolist() == [[10, 10, 18, 18], [2, 3, 2, 3], [2, 2, 3, 3]]
     # summary: next start = max(chunk) + 1 = 19

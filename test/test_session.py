@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from streamcache_ros.engine import (ChunkError, FrameError, QuestionError, Session, SessionConfig, SnapshotError,
-                                    load_adapter, make_policy)
+                                    failpoints, load_adapter, make_policy)
 from streamcache_ros.engine.cache.rope import apply_rotary
 
 from conftest import make_variant
@@ -164,16 +164,14 @@ def test_a_failing_chunk_is_dropped_and_the_cache_is_unchanged(adapter, frames):
     feed(session, frames(4))
     before = cache_state(session)
 
-    def fail_in_layer_2(index):
-        if index == 2:
+    def fail_in_layer_2(layer, **_):
+        if layer == 2:
             raise RuntimeError("simulated fault")
 
-    session.chunk_layer_hook = fail_in_layer_2
-    with pytest.raises(ChunkError, match="simulated fault"):
+    with failpoints.armed(prefill=fail_in_layer_2), pytest.raises(ChunkError, match="simulated fault"):
         feed(session, frames(4, start=4))
     assert_same_state(before, cache_state(session))
     assert session.status().chunks_failed == 1
-    session.chunk_layer_hook = None
     feed(session, frames(4, start=8))  # ingest continues
     assert session.status().chunks_encoded == 2
 

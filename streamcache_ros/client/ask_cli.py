@@ -27,7 +27,7 @@ def _answer_dict(r) -> dict:
     return {"success": r.success, "answer": r.answer, "option_index": r.option_index,
             "error_message": r.error_message, "frames_in_memory": r.frames_in_memory,
             "oldest_stamp": _time(r.oldest_stamp), "newest_stamp": _time(r.newest_stamp),
-            "kv_tokens": r.kv_tokens, "ttft_ms": r.ttft_ms, "total_ms": r.total_ms,
+            "newest_frame_age_s": r.newest_frame_age_s, "kv_tokens": r.kv_tokens, "ttft_ms": r.ttft_ms, "total_ms": r.total_ms,
             "answer_tokens": r.answer_tokens, "method": r.method, "model_id": r.model_id}
 
 

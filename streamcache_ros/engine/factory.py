@@ -1,17 +1,24 @@
 """Build a Session from flat parameters (the node's ROS parameters, a YAML file, the CLI).
 
-Names are the node's parameter names (CONTRACT.md); a policy's own parameters are prefixed with
-its name (``hermes.reindex``, ``h2svc.w_s``) and passed to its constructor without the prefix.
-A bad value raises ConfigError naming the parameter.
+Names are the node's parameter names (docs/interfaces.md); a policy's own settings are prefixed with
+its name (``hermes.reindex``, ``h2svc.w_s``). Here, and only here, parameters meet what they need
+from outside the policy: the model family's own old names, a model folder's H2SVC head map, a
+budget checked against the model's tokens per frame. A bad value raises ConfigError naming the
+parameter.
 """
 from __future__ import annotations
 
+import dataclasses
+import os
 from typing import Any
 
 import numpy as np
 
-from .adapters import load_adapter
-from .cache import POLICIES, make_policy
+from .adapters import ADAPTERS, ModelAdapter, load_adapter
+from .cache import CachePolicy, SettingError, policy_class, takes_budget
+from .cache.h2svc import check_head_map
+from .cache.sap import HEAD_MAP_FILE, HeadMap
+from .cache.settings import GENERAL, GENERAL_NAMES, INHERITED
 from .errors import ConfigError
 from .models import DEFAULT_MODEL
 from .session import Session, SessionConfig
@@ -34,47 +41,115 @@ ENGINE_DEFAULTS: dict[str, Any] = {
     "vision_onnx_path": "",  # the .onnx file (or its directory) from streamcache-export-encoder
     "vision_onnx_providers": "auto",  # auto = TensorRT, CUDA, CPU as available; or e.g. "cuda,cpu"
 }
-# The policies that take a token budget; the others ignore budget_tokens.
-BUDGETED = {"fifo", "hermes"}
 # A camera frame of this size is what "holds at least one frame" is checked against.
 REFERENCE_FRAME = (480, 640)
+HEAD_MAP_PARAMETER = "h2svc.head_map_path"
 
 
-def policy_params(params: dict[str, Any], policy: str) -> dict[str, Any]:
+def family_aliases(policy: str) -> dict[str, tuple[str, Any, type[ModelAdapter]]]:
+    """Every model family's own old names of ``policy``'s settings: old name -> (setting, the old
+    name's default: the family's preset, the adapter class). E.g. hermes: ``qwen_mid_omega``."""
+    out = {}
     prefix = policy + "."
-    return {key[len(prefix):]: value for key, value in params.items() if key.startswith(prefix)}
+    for adapter_cls in ADAPTERS.values():
+        preset = adapter_cls.traits.presets.get(policy, {})
+        for alias, target in adapter_cls.setting_aliases.items():
+            if alias.startswith(prefix) and target.startswith(prefix):
+                name = target[len(prefix):]
+                default = preset.get(name)
+                out[alias[len(prefix):]] = (name, list(default) if isinstance(default, tuple) else default,
+                                            adapter_cls)
+    return out
+
+
+def build_policy(adapter: ModelAdapter, name: str, params: dict[str, Any]) -> CachePolicy:
+    """The policy ``name`` for ``adapter``'s model from flat parameters (the general ones and
+    "<name>.<setting>"). Raises ConfigError naming the parameter."""
+    try:
+        cls = policy_class(name)
+    except ValueError as err:
+        raise ConfigError("policy", str(err)) from None
+    prefix = name + "."
+    values = {key: params[key] for key in GENERAL_NAMES if key in params}
+    values.update({key[len(prefix):]: value for key, value in params.items() if key.startswith(prefix)})
+    aliases = family_aliases(name)
+    ours = {alias: (target, default) for alias, (target, default, owner) in aliases.items()
+            if isinstance(adapter, owner)}
+    others = tuple(alias for alias in aliases if alias not in ours)  # another family's: not for this model
+    try:
+        settings = cls.settings_class.from_params(values, ours, ignore=others)
+    except SettingError as err:
+        scopes = {info.name: info.scope for info in cls.settings_class.infos()}
+        if scopes.get(err.name) == GENERAL or (scopes.get(err.name) == INHERITED and prefix + err.name not in params):
+            raise ConfigError(err.name, str(err)[len(err.name) + 1:]) from None  # the general parameter
+        raise ConfigError(name, str(err)) from None
+    if takes_budget(name):
+        check_budget(adapter, settings.budget_tokens)
+    inputs = {}
+    if "head_map" in cls.inputs:
+        inputs["head_map"], path = resolve_head_map(settings.head_map_path, adapter)
+        settings = dataclasses.replace(settings, head_map_path=path)
+    return cls(settings, **inputs)
+
+
+def check_budget(adapter: ModelAdapter, budget: int) -> None:
+    per_unit = adapter.preprocess([np.zeros((*REFERENCE_FRAME, 3), np.uint8)]).tokens_per_unit
+    if budget < per_unit:
+        raise ConfigError("budget_tokens", f"{budget} cannot hold one frame: a {REFERENCE_FRAME[1]}x"
+                                           f"{REFERENCE_FRAME[0]} frame is {per_unit} tokens on {adapter.model_id}")
+
+
+def resolve_head_map(path: str, adapter: ModelAdapter) -> tuple[HeadMap, str]:
+    """The H2SVC head map for ``adapter``'s model: ``path``, or the ``h2svc_head_map.json`` in the
+    model's folder. Raises ConfigError naming the parameter and the profiling command when there is
+    none or it was profiled on another model."""
+    model = adapter.model_id or "this model"
+    if not path:
+        candidate = os.path.join(adapter.model_dir, HEAD_MAP_FILE) if adapter.model_dir else ""
+        if not candidate or not os.path.isfile(candidate):
+            raise ConfigError(HEAD_MAP_PARAMETER, f"policy h2svc needs a head map for model '{model}' and its folder "
+                                                  f"has none: run `streamcache-profile --model {model} --output "
+                                                  f"head_map.json` once and set {HEAD_MAP_PARAMETER} to that file")
+        path = candidate
+    path = os.path.expanduser(path)
+    try:
+        head_map = HeadMap.load(path)
+    except ValueError as err:
+        raise ConfigError(HEAD_MAP_PARAMETER, f"{err}; make one with `streamcache-profile --model {model}`") from None
+    same_model = head_map.model_id == adapter.model_id or head_map.config_hash == adapter.config_hash
+    try:
+        check_head_map(head_map, adapter.geometry())
+    except ValueError:
+        same_model = False
+    if not same_model:
+        geometry = adapter.geometry()
+        raise ConfigError(HEAD_MAP_PARAMETER, f"head map '{path}' was profiled on model '{head_map.model_id}' "
+                                              f"({head_map.num_layers} layers x {head_map.num_kv_heads} KV heads); "
+                                              f"this node runs '{model}' ({geometry.num_layers} x "
+                                              f"{geometry.num_kv_heads}): run `streamcache-profile --model {model}` "
+                                              "for it")
+    return head_map, path
+
+
+def session_config(p: dict[str, Any]) -> SessionConfig:
+    return SessionConfig(chunk_frames=int(p["chunk_frames"]), max_question_tokens=int(p["max_question_tokens"]),
+                         max_new_tokens=int(p["max_new_tokens"]), repetition_penalty=float(p["repetition_penalty"]),
+                         cameras=tuple(p.get("camera_topics") or ()))
 
 
 def build_session(params: dict[str, Any]) -> Session:
-    """Load the model and make the session; raises ConfigError / ModelLoadError with clear text."""
+    """Load the model and make the session; raises ConfigError / ModelLoadError with clear text.
+    ``camera_topics`` (optional) names the cameras a question may ask about."""
     p = {**ENGINE_DEFAULTS, **params}
-    if p["policy"] not in POLICIES:
-        raise ConfigError("policy", f"unknown policy '{p['policy']}' (one of: {', '.join(sorted(POLICIES))})")
-    for name in ("chunk_frames", "max_question_tokens", "max_new_tokens"):
-        if int(p[name]) < 1:
-            raise ConfigError(name, f"must be >= 1, got {p[name]}")
+    try:
+        policy_class(str(p["policy"]))
+    except ValueError as err:
+        raise ConfigError("policy", str(err)) from None
     if float(p["sample_fps"]) <= 0:
         raise ConfigError("sample_fps", f"must be > 0, got {p['sample_fps']}")
-    if p["reindex"] not in ("lazy", "eager"):
-        raise ConfigError("reindex", f"must be 'lazy' or 'eager', got '{p['reindex']}'")
+    config = session_config(p)  # checks its own values before the model loads
     adapter = load_adapter(str(p["model_path"]), device=str(p["device"]), dtype=str(p["dtype"]),
                            attention=str(p["attention"]), sample_fps=float(p["sample_fps"]),
                            vision_backend=str(p["vision_backend"]), vision_onnx_path=str(p["vision_onnx_path"]),
                            vision_onnx_providers=p["vision_onnx_providers"])
-    kwargs = {"reindex": p["reindex"], "reindex_margin": int(p["reindex_margin"]),
-              **policy_params(p, p["policy"])}
-    if p["policy"] in BUDGETED:
-        budget = int(p["budget_tokens"])
-        per_unit = adapter.preprocess([np.zeros((*REFERENCE_FRAME, 3), np.uint8)]).tokens_per_unit
-        if budget < per_unit:
-            raise ConfigError("budget_tokens", f"{budget} cannot hold one frame: a {REFERENCE_FRAME[1]}x"
-                                               f"{REFERENCE_FRAME[0]} frame is {per_unit} tokens on {adapter.model_id}")
-        kwargs["budget_tokens"] = budget
-    try:
-        policy = make_policy(p["policy"], **kwargs)
-    except (TypeError, ValueError) as err:
-        raise ConfigError(p["policy"], str(err)) from None
-    config = SessionConfig(chunk_frames=int(p["chunk_frames"]), max_question_tokens=int(p["max_question_tokens"]),
-                           max_new_tokens=int(p["max_new_tokens"]),
-                           repetition_penalty=float(p["repetition_penalty"]))
-    return Session(adapter, policy, config)
+    return Session(adapter, build_policy(adapter, str(p["policy"]), p), config)

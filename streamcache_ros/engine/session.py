@@ -6,108 +6,57 @@
     answer = session.ask("what is on the table?")
 
 Flow of a chunk: adapter.preprocess -> vision encoder -> one prefill of the chunk's tokens through
-the policy's attention (no recompute of the cache) -> policy.after_chunk (compression, re-index).
-A question is prefilled and decoded from the cache, then its tokens are truncated away again, so
-memory stays bounded and the cache is what it was. No ROS here.
+the policy's attention (no recompute of the cache) -> the guidance the policy asks for, if any ->
+policy.after_chunk (compression, re-index). A question is prefilled and decoded from the cache
+(decoding.py), then its tokens are truncated away again, so memory stays bounded and the cache is
+what it was. Snapshots on disk: snapshot_io.py. No ROS here.
 """
 from __future__ import annotations
 
-import os
 import threading
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Callable
 
 import numpy as np
 import torch
 
+from . import failpoints
 from .adapters import ModelAdapter, match_option
-from .cache import PREFIX_UNIT, CachePolicy, CacheStats, ChunkContext, NewTokens
-from .errors import AnswerError, ChunkError, FrameError, QuestionError, SnapshotError
+from .cache import PREFIX_UNIT, CachePolicy, ChunkContext, ChunkOutcome, NewTokens
+from .decoding import REPLACEMENT_CHARACTER, greedy_decode
+from .errors import AnswerError, ChunkError, ConfigError, FrameError, QuestionError, SnapshotError
+from .guidance import GuidanceProvider
 from .layout import OPTION_LETTERS, ChunkQueue
+from .snapshot_io import read_snapshot, write_snapshot
+from .status import Answer, ChunkReport, DeviceMemory, EngineInfo, Exchange, SessionStatus, UnitInfo
 from .turns import TurnLock
 
-SNAPSHOT_FORMAT = 1
-REPLACEMENT_CHARACTER = "\ufffd"  # what ROS string fields decode invalid UTF-8 bytes to
+# A question longer than this many characters per allowed token cannot fit: refused before the
+# tokenizer sees it (a megabyte string must not cost a tokenizer pass).
+CHARS_PER_TOKEN_LIMIT = 16
 
 
 @dataclass
 class SessionConfig:
+    """Checked here, once; a bad value is a ConfigError naming the node's parameter."""
+
     chunk_frames: int = 8
     max_question_tokens: int = 512
     max_new_tokens: int = 64
-    mc_max_new_tokens: int = 16  # hermes_spec §2: multiple choice answers are short
-    repetition_penalty: float = 1.0  # the HERMES reference driver uses 1.1 (hermes_spec §11)
+    mc_max_new_tokens: int = 16  # docs/hermes.md §2: multiple choice answers are short
+    repetition_penalty: float = 1.0  # the HERMES reference driver uses 1.1 (docs/hermes.md §11)
     # Past exchanges kept (HERMES guidance reads the last one); bounded so a robot asked questions
     # for days does not grow its memory with them
     history_size: int = 32
+    # The cameras a question may name (the node's camera_topics); empty: any camera seen so far
+    cameras: tuple[str, ...] = ()
 
     def __post_init__(self):
-        if self.chunk_frames < 1:
-            raise ValueError(f"chunk_frames must be >= 1, got {self.chunk_frames}")
-        if self.max_question_tokens < 1 or self.max_new_tokens < 1:
-            raise ValueError("max_question_tokens and max_new_tokens must be >= 1")
-        if self.history_size < 1:
-            raise ValueError(f"history_size must be >= 1, got {self.history_size}")
-
-
-@dataclass
-class UnitInfo:
-    stamps: tuple[float, ...]
-    camera: str
-    chunk: int
-
-
-@dataclass
-class Exchange:
-    question: str
-    answer: str
-    options: list[str] = field(default_factory=list)
-
-
-@dataclass
-class ChunkReport:
-    chunk_id: int
-    camera: str
-    frames: int
-    units: int
-    tokens: int
-    encode_ms: float
-    prefill_ms: float
-    compress_ms: float
-    compress_info: dict = field(default_factory=dict)
-
-
-@dataclass
-class Answer:
-    text: str
-    option_index: int
-    answer_tokens: int
-    ttft_ms: float
-    total_ms: float
-    frames_in_memory: int
-    oldest_stamp: float
-    newest_stamp: float
-    kv_tokens: int
-    cancelled: bool = False
-
-
-@dataclass
-class SessionStatus:
-    policy: str
-    model_id: str
-    frames_in_memory: int
-    oldest_stamp: float
-    newest_stamp: float
-    cache: CacheStats
-    last_chunk: ChunkReport | None
-    chunks_encoded: int
-    chunks_failed: int
-    questions_answered: int
-    pending_frames: int
-    last_ttft_ms: float
-    cameras: list[str]
-    most_questions_a_chunk_waited_for: int = 0
+        for name in ("chunk_frames", "max_question_tokens", "max_new_tokens", "mc_max_new_tokens", "history_size"):
+            if int(getattr(self, name)) < 1:
+                raise ConfigError(name, f"must be >= 1, got {getattr(self, name)}")
+        self.cameras = tuple(self.cameras)
 
 
 def _validate_frame(frame) -> np.ndarray:
@@ -133,6 +82,12 @@ def release_device_memory(err: BaseException) -> None:
         torch.cuda.empty_cache()  # a no-op where CUDA was never initialised
 
 
+def _describe(err: BaseException) -> str:
+    text = str(err).splitlines()[0] if str(err) else ""
+    hint = " (out of memory: lower budget_tokens, chunk_frames or the frame size)" if is_out_of_memory(err) else ""
+    return f"{type(err).__name__}: {text}{hint}"
+
+
 def _check_text(what: str, text: str) -> None:
     bad = text.find(REPLACEMENT_CHARACTER)
     if bad >= 0:
@@ -147,13 +102,11 @@ class Session:
         self.adapter = adapter
         self.policy = policy
         self.config = config or SessionConfig()
+        self.guidance = GuidanceProvider(adapter)  # computes what a policy's guidance_request asks for
         # model + cache: one forward pass at a time; a waiting chunk goes before waiting questions
         self._cache_lock = TurnLock()
         self._pending_lock = threading.Lock()  # frames waiting for their chunk: cheap to take
-        # tests: fault injection (engine/faults.py), called before each decoder layer
-        self.chunk_layer_hook: Callable[[int], None] | None = None
-        self.question_layer_hook: Callable[[int], None] | None = None
-        self.chunk_attempts = 0  # every chunk started, failed or not (fault plans count these)
+        self.chunk_attempts = 0  # every chunk started, failed or not (failpoint plans count these)
         self.question_attempts = 0  # every accepted question that reached the model
         # the most questions that ended while a due chunk waited for the model (1: the one in progress)
         self.most_questions_a_chunk_waited_for = 0
@@ -171,6 +124,8 @@ class Session:
         self._next_chunk = 0
         self.chunks_encoded = 0
         self.chunks_failed = 0
+        self.chunks_failed_in_a_row = 0
+        self.last_chunk_error = ""
         self.questions_answered = 0
         self.last_chunk: ChunkReport | None = None
         self.last_ttft_ms = 0.0
@@ -227,42 +182,37 @@ class Session:
         storage layer by layer, so what it holds is consistent; the next chunk compresses again."""
         adapter, policy = self.adapter, self.policy
         self.chunk_attempts += 1
+        attempt = self.chunk_attempts
         mark = policy.mark()
         chunk_id = self._next_chunk
         source = f"chunk of {len(batch)} frame(s) from '{camera or 'default'}'"
         try:
             t0 = time.perf_counter()
             inputs = adapter.preprocess([frame for frame, _ in batch])
+            failpoints.hit("encode", chunk=attempt)
             embeds = adapter.encode(inputs)
             t1 = time.perf_counter()
             rel = adapter.chunk_rel_positions(inputs)
             unit_ids = torch.arange(self._next_unit, self._next_unit + inputs.num_units)
-            units = unit_ids.repeat_interleave(inputs.tokens_per_unit)
-            chunks = torch.full((rel.shape[1],), chunk_id, dtype=torch.long)
+            chunk = NewTokens(rel, unit_ids.repeat_interleave(inputs.tokens_per_unit),
+                              torch.full((rel.shape[1],), chunk_id, dtype=torch.long))
             policy.ensure_room(int(rel.max().item()) + 1)
             mark = policy.mark()  # ensure_room may re-index; it never changes lengths
-            step = inputs.tokens_per_unit if policy.prefill_unit_by_unit else rel.shape[1]
-            for start in range(0, rel.shape[1], step):
-                part = slice(start, start + step)
-                # the policy places a forward at its next offset (max + 1 of what it holds); rebasing
-                # each step on the previous steps keeps the chunk's own positions
-                offset = rel[:, :start].max() + 1 if start else 0.0
-                new = NewTokens(rel[:, part] - offset, units[part], chunks[part])
-                adapter.forward(embeds[None, part], new, policy, layer_hook=self.chunk_layer_hook)
-                policy.after_prefill(new)
+            self._prefill(embeds, chunk, inputs.tokens_per_unit, attempt)
             t2 = time.perf_counter()
         except Exception as err:
             policy.truncate(mark)
-            self.chunks_failed += 1
+            message = f"{source} dropped: {_describe(err)}"
+            self._chunk_failed(message)
             release_device_memory(err)
-            raise ChunkError(f"{source} dropped: {_describe(err)}", out_of_memory=is_out_of_memory(err)) from err
+            raise ChunkError(message, out_of_memory=is_out_of_memory(err)) from err
         unit_frames = {int(u): tuple(f) for u, f in zip(unit_ids, inputs.unit_frames)}
         compress_error = None
         try:
-            info = policy.after_chunk(ChunkContext(chunk_id, guidance=getattr(adapter, "guidance", None),
-                                                   history=list(self.history), unit_frames=unit_frames))
+            failpoints.hit("compress", chunk=attempt)
+            outcome = policy.after_chunk(ChunkContext(chunk_id, guidance=self._guidance(), unit_frames=unit_frames))
         except Exception as err:  # noqa: BLE001 - raised below, once the chunk is booked
-            compress_error, info = err, {"compress_error": _describe(err)}
+            compress_error, outcome = err, ChunkOutcome()
             release_device_memory(err)
         t3 = time.perf_counter()
         for unit, frames in zip(unit_ids.tolist(), inputs.unit_frames):
@@ -270,34 +220,65 @@ class Session:
         self._next_unit += inputs.num_units
         self._next_chunk += 1
         self.chunks_encoded += 1
-        self._forget_evicted_units()
+        # the units that left the cache: the outcome lists them; after a failed compression the
+        # cache says what it still holds
+        self._forget(outcome.evicted_units if compress_error is None else None)
         self.last_chunk = ChunkReport(chunk_id, camera, len(batch), inputs.num_units, int(rel.shape[1]),
-                                      (t1 - t0) * 1e3, (t2 - t1) * 1e3, (t3 - t2) * 1e3, info or {})
+                                      (t1 - t0) * 1e3, (t2 - t1) * 1e3, (t3 - t2) * 1e3, outcome,
+                                      _describe(compress_error) if compress_error else "")
         if compress_error is not None:
-            self.chunks_failed += 1
-            raise ChunkError(f"{source}: compressing failed ({_describe(compress_error)}); its frames are kept, "
-                             "over budget until the next chunk is compressed", kept=True,
-                             out_of_memory=is_out_of_memory(compress_error)) from compress_error
+            message = (f"{source}: compressing failed ({_describe(compress_error)}); its frames are kept, "
+                       "over budget until the next chunk is compressed")
+            self._chunk_failed(message)
+            raise ChunkError(message, kept=True, out_of_memory=is_out_of_memory(compress_error)) from compress_error
+        self.chunks_failed_in_a_row = 0
         return self.last_chunk
 
-    def _forget_evicted_units(self) -> None:
-        held = set(self.policy.stats().units)
-        for unit in [u for u in self.units if u not in held]:
-            del self.units[unit]
+    def _prefill(self, embeds: torch.Tensor, chunk: NewTokens, tokens_per_unit: int, attempt: int) -> None:
+        """The chunk's tokens through the decoder over the cache: one forward, or one per unit for a
+        policy that evicts between units, each followed by after_prefill."""
+        policy, rel = self.policy, chunk.rel_positions
+        hook = failpoints.layer_hook("prefill", chunk=attempt, layers=policy.geometry.num_layers)
+        step = tokens_per_unit if policy.prefill_unit_by_unit else rel.shape[1]
+        for start in range(0, rel.shape[1], step):
+            part = slice(start, start + step)
+            # the policy places a forward at its next offset (max + 1 of what it holds); rebasing
+            # each step on the previous steps keeps the chunk's own positions
+            offset = rel[:, :start].max() + 1 if start else 0.0
+            new = NewTokens(rel[:, part] - offset, chunk.units[part], chunk.chunks[part])
+            self.adapter.forward(embeds[None, part], new, policy, layer_hook=hook)
+            policy.after_prefill(new)
+
+    def _guidance(self):
+        """The guidance q/k the policy asks for before compressing (None: it asks for none)."""
+        if not self.policy.needs_guidance:
+            return None
+        request = self.policy.guidance_request(list(self.history))
+        return self.guidance.compute(request, self.policy) if request is not None else None
+
+    def _chunk_failed(self, message: str) -> None:
+        self.chunks_failed += 1
+        self.chunks_failed_in_a_row += 1
+        self.last_chunk_error = message
+
+    def _forget(self, evicted: list[int] | None) -> None:
+        """Drop the bookkeeping of units no longer in the cache (``None``: ask the cache)."""
+        if evicted is None:
+            held = set(self.policy.stats().units)
+            evicted = [u for u in self.units if u not in held]
+        for unit in evicted:
+            self.units.pop(unit, None)
 
     # -- questions ------------------------------------------------------------------------------
-    def ask(self, question: str, options: list[str] | tuple[str, ...] = (), camera: str = "",
-            max_new_tokens: int = 0, on_text: Callable[[str, str], None] | None = None,
-            should_stop: Callable[[], bool] | None = None) -> Answer:
-        """Answer from the cache (greedy). Frames queued so far are encoded first.
-
-        ``on_text(partial, new_text)`` streams the answer; ``should_stop()`` cancels between tokens.
-        Raises QuestionError before anything touches the cache when the question is refused.
-        """
-        started = time.perf_counter()
-        options = [str(o) for o in options]
+    def _check_question(self, question: str, options: list[str], camera: str, max_new_tokens: int) -> list[int]:
+        """The question's token ids with its prompt; QuestionError for anything that cannot be asked
+        (checked before the question touches the cache)."""
         if not isinstance(question, str) or not question.strip():
             raise QuestionError("the question is empty")
+        limit = self.config.max_question_tokens
+        if len(question) > CHARS_PER_TOKEN_LIMIT * limit:
+            raise QuestionError(f"the question is {len(question)} characters; at most {CHARS_PER_TOKEN_LIMIT * limit} "
+                                f"(max_question_tokens {limit})")
         _check_text("question", question)
         if max_new_tokens < 0:
             raise QuestionError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
@@ -308,11 +289,26 @@ class Session:
                 raise QuestionError(f"option {i} ({OPTION_LETTERS[i]}) is empty")
             _check_text(f"option {i} ({OPTION_LETTERS[i]})", option)
         _check_text("camera name", camera)
-        adapter, policy = self.adapter, self.policy
-        ids = adapter.question_ids(question, options)
-        if len(ids) > self.config.max_question_tokens:
-            raise QuestionError(f"the question is {len(ids)} tokens with its prompt; the limit is "
-                                f"{self.config.max_question_tokens} (max_question_tokens)")
+        if camera and self.config.cameras and camera not in self.config.cameras:
+            raise QuestionError(f"unknown camera '{camera}' (camera_topics: {', '.join(self.config.cameras)})")
+        ids = self.adapter.question_ids(question, options)
+        if len(ids) > limit:
+            raise QuestionError(f"the question is {len(ids)} tokens with its prompt; the limit is {limit} "
+                                "(max_question_tokens)")
+        return ids
+
+    def ask(self, question: str, options: list[str] | tuple[str, ...] = (), camera: str = "",
+            max_new_tokens: int = 0, on_text: Callable[[str, str], None] | None = None,
+            should_stop: Callable[[], bool] | None = None) -> Answer:
+        """Answer from the cache (greedy). Frames queued so far are encoded first.
+
+        ``on_text(partial, new_text)`` streams the answer; ``should_stop()`` cancels between tokens.
+        Raises QuestionError before anything touches the cache when the question is refused.
+        """
+        started = time.perf_counter()
+        options = [str(o) for o in options]
+        ids = self._check_question(question, options, camera, max_new_tokens)
+        policy = self.policy
         budget = max_new_tokens or (self.config.mc_max_new_tokens if options else self.config.max_new_tokens)
         # a question and its answer take positions after the cache: they must fit the model's range
         # with room to spare, or answering would have to re-index the memory
@@ -322,6 +318,8 @@ class Session:
                                 f"answer must fit in half the model's position range ({room} tokens)")
         with self._cache_lock.question():
             if camera and camera not in self.cameras:
+                if self.config.cameras:
+                    raise QuestionError(f"no frames from camera '{camera}' yet")
                 known = ", ".join(c or "''" for c in self.cameras) or "none yet"
                 raise QuestionError(f"unknown camera '{camera}' (cameras seen: {known})")
             self.flush()
@@ -338,64 +336,25 @@ class Session:
             kv_tokens = policy.stats().kv_tokens
             mark = policy.mark()
             self.question_attempts += 1
+            hook = failpoints.layer_hook("question", question=self.question_attempts,
+                                         layers=policy.geometry.num_layers)
             try:
-                out, ttft, cancelled = self._generate(ids, budget, key_filter, on_text, should_stop, started)
+                decoded = greedy_decode(self.adapter, policy, ids, budget, started, key_filter, on_text, should_stop,
+                                        self.config.repetition_penalty, hook)
             except Exception as err:
                 release_device_memory(err)
                 raise AnswerError(f"answering failed: {_describe(err)}; the memory is unchanged") from err
             finally:
                 policy.truncate(mark)
-            text = adapter.decode(out)
+            text = self.adapter.decode(decoded.tokens)
             self.history.append(Exchange(question, text, options))
             del self.history[:-self.config.history_size]
             self.questions_answered += 1
-            self.last_ttft_ms = ttft
-        return Answer(text=text.strip(), option_index=match_option(text, options), answer_tokens=len(out),
-                      ttft_ms=ttft, total_ms=(time.perf_counter() - started) * 1e3, frames_in_memory=frames,
-                      oldest_stamp=oldest, newest_stamp=newest, kv_tokens=kv_tokens, cancelled=cancelled)
-
-    @torch.inference_mode()
-    def _generate(self, ids, budget, key_filter, on_text, should_stop, started):
-        adapter, policy = self.adapter, self.policy
-        hook = self.question_layer_hook
-        hidden = adapter.forward(adapter.embed_text(ids), adapter.text_tokens(len(ids)), policy, key_filter, hook)
-        logits = adapter.logits(hidden[0, -1])
-        out: list[int] = []
-        ttft = 0.0
-        text = ""
-        for step in range(budget):
-            if should_stop is not None and should_stop():
-                return out, ttft, True
-            token = self._pick(logits, out)
-            if step == 0:
-                ttft = (time.perf_counter() - started) * 1e3
-            if token in adapter.stop_ids:
-                break
-            out.append(token)
-            if on_text is not None:
-                partial = adapter.decode(out)
-                # byte-level BPE: hold back a piece that ends inside a multi-byte character
-                if len(partial) > len(text) and not partial.endswith("\ufffd"):
-                    on_text(partial, partial[len(text):])
-                    text = partial
-            if step + 1 < budget:
-                hidden = adapter.forward(adapter.embed_text([token]), adapter.text_tokens(1), policy, key_filter, hook)
-                logits = adapter.logits(hidden[0, -1])
-        if on_text is not None:
-            final = adapter.decode(out)
-            if len(final) > len(text) and final.startswith(text):
-                on_text(final, final[len(text):])  # whatever was held back
-        return out, ttft, False
-
-    def _pick(self, logits: torch.Tensor, previous: list[int]) -> int:
-        penalty = self.config.repetition_penalty
-        if penalty != 1.0 and previous:
-            # hermes_spec §11: negative logits are multiplied, positive ones divided
-            logits = logits.clone()
-            seen = torch.tensor(sorted(set(previous)), device=logits.device)
-            picked = logits[seen]
-            logits[seen] = torch.where(picked < 0, picked * penalty, picked / penalty)
-        return int(torch.argmax(logits).item())
+            self.last_ttft_ms = decoded.ttft_ms
+        return Answer(text=text.strip(), option_index=match_option(text, options), answer_tokens=len(decoded.tokens),
+                      ttft_ms=decoded.ttft_ms, total_ms=(time.perf_counter() - started) * 1e3,
+                      frames_in_memory=frames, oldest_stamp=oldest, newest_stamp=newest, kv_tokens=kv_tokens,
+                      cancelled=decoded.cancelled)
 
     # -- status ---------------------------------------------------------------------------------
     def _frames_in_memory(self, units=None) -> int:
@@ -407,15 +366,25 @@ class Session:
         stamps = [s for u in units for s in self.units[u].stamps]
         return (min(stamps), max(stamps)) if stamps else (0.0, 0.0)
 
+    def info(self) -> EngineInfo:
+        adapter = self.adapter
+        return EngineInfo(model_id=adapter.model_id, model_family=adapter.family, device=str(adapter.device),
+                          dtype=str(adapter.dtype).replace("torch.", ""), policy=self.policy.name,
+                          chunk_frames=self.config.chunk_frames, prefix_tokens=len(adapter.prefix_ids),
+                          max_question_tokens=self.config.max_question_tokens)
+
     def status(self) -> SessionStatus:
         with self._cache_lock:
             oldest, newest = self._stamp_range()
             return SessionStatus(
                 policy=self.policy.name, model_id=self.adapter.model_id,
                 frames_in_memory=self._frames_in_memory(), oldest_stamp=oldest, newest_stamp=newest,
-                cache=self.policy.stats(), last_chunk=self.last_chunk, chunks_encoded=self.chunks_encoded,
-                chunks_failed=self.chunks_failed, questions_answered=self.questions_answered,
-                pending_frames=self.pending_frames(), last_ttft_ms=self.last_ttft_ms, cameras=list(self.cameras),
+                cache=self.policy.stats(), prefix_tokens=len(self.adapter.prefix_ids),
+                device_memory=DeviceMemory.of(self.adapter.device), last_chunk=self.last_chunk,
+                chunks_encoded=self.chunks_encoded, chunks_failed=self.chunks_failed,
+                chunks_failed_in_a_row=self.chunks_failed_in_a_row, last_chunk_error=self.last_chunk_error,
+                questions_answered=self.questions_answered, pending_frames=self.pending_frames(),
+                last_ttft_ms=self.last_ttft_ms, cameras=list(self.cameras),
                 most_questions_a_chunk_waited_for=self.most_questions_a_chunk_waited_for)
 
     # -- snapshots ------------------------------------------------------------------------------
@@ -427,46 +396,18 @@ class Session:
         """Write the memory to ``path``; returns bytes written. Queued frames are encoded first."""
         with self._cache_lock:
             self.flush()
-            state = {
-                "format": SNAPSHOT_FORMAT, **self._identity(),
-                "policy_state": self.policy.state_dict(),
+            return write_snapshot(path, {
+                **self._identity(), "policy_state": self.policy.state_dict(),
                 "units": {u: asdict(info) for u, info in self.units.items()},
                 "history": [asdict(x) for x in self.history], "cameras": list(self.cameras),
-                "next_unit": self._next_unit, "next_chunk": self._next_chunk,
-            }
-            # a temporary file renamed over the target: a crash mid-write leaves the last snapshot whole
-            temporary = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
-            try:
-                torch.save(state, temporary)
-                os.replace(temporary, path)
-            except (OSError, RuntimeError) as err:  # torch: RuntimeError for a missing directory
-                if os.path.exists(temporary):
-                    os.remove(temporary)
-                raise SnapshotError(f"cannot write snapshot '{path}': {getattr(err, 'strerror', None) or err}") from None
-            return os.path.getsize(path)
+                "next_unit": self._next_unit, "next_chunk": self._next_chunk})
 
     def load(self, path: str) -> int:
         """Replace the memory with the snapshot at ``path``; returns frames in memory.
 
         A snapshot of another model or policy (or policy parameters) is refused; memory unchanged.
         """
-        try:
-            state = torch.load(path, map_location="cpu", weights_only=True)
-        except FileNotFoundError:
-            raise SnapshotError(f"no snapshot at '{path}'") from None
-        except Exception as err:  # pickle / zip errors: not a snapshot
-            raise SnapshotError(f"'{path}' is not a streamcache snapshot ({type(err).__name__})") from None
-        if not isinstance(state, dict) or state.get("format") != SNAPSHOT_FORMAT:
-            raise SnapshotError(f"'{path}' is not a streamcache snapshot (format {SNAPSHOT_FORMAT})")
-        mine = self._identity()
-        for key in ("model_id", "config_hash", "policy", "policy_config"):
-            theirs, ours = state.get(key), mine[key]
-            if theirs != ours:
-                if isinstance(theirs, dict) and isinstance(ours, dict):  # name only what differs
-                    keys = sorted(k for k in set(theirs) | set(ours) if theirs.get(k) != ours.get(k))
-                    theirs = ", ".join(f"{k}={theirs.get(k)!r}" for k in keys)
-                    ours = ", ".join(f"{k}={ours.get(k)!r}" for k in keys)
-                raise SnapshotError(f"snapshot '{path}' was made with {key} {theirs!r}; this node runs {ours!r}")
+        state = read_snapshot(path, self._identity())
         with self._cache_lock, self._pending_lock:
             backup = self.policy.state_dict()
             try:
@@ -481,9 +422,3 @@ class Session:
             self._next_unit, self._next_chunk = int(state["next_unit"]), int(state["next_chunk"])
             self._pending.clear()
             return self._frames_in_memory()
-
-
-def _describe(err: BaseException) -> str:
-    text = str(err).splitlines()[0] if str(err) else ""
-    hint = " (out of memory: lower budget_tokens, chunk_frames or the frame size)" if is_out_of_memory(err) else ""
-    return f"{type(err).__name__}: {text}{hint}"

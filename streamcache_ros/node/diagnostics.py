@@ -8,16 +8,19 @@
   were dropped because the encoder was busy, or frames were rejected, since the last update; ERROR
   when every frame since the last update was rejected).
 - "memory": KV tokens and bytes held vs the budget, per-layer (and per-bank) summary, CUDA memory.
-  WARN when a layer holds more video tokens than the budget, or CUDA memory is nearly full.
+  ERROR when chunks fail again and again (the memory is not updating: answers come from stale
+  frames); WARN when a layer holds more video tokens than the budget, or CUDA memory is nearly full.
 - "latency": encode / prefill / compress ms of the last chunk and the last TTFT. WARN when a chunk
   takes longer than the stream time it covers (chunk_frames / sample_fps: the encoder falls behind);
   ERROR when a chunk failed since the last update.
 
+Both read the engine's typed status (``EngineView``), never a ROS message or a dict.
 Where ``diagnostic_updater`` is not importable, diagnostics_fallback provides the same classes.
 """
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass, field
 from typing import Callable
 
 from diagnostic_msgs.msg import DiagnosticStatus
@@ -30,9 +33,26 @@ except ImportError:  # no wheelhouse and no system ROS 2: same statuses from the
     from . import diagnostics_fallback as updater_lib
     BACKEND = "built-in fallback"
 
+from ..engine.status import SessionStatus
+
 OK, WARN, ERROR = DiagnosticStatus.OK, DiagnosticStatus.WARN, DiagnosticStatus.ERROR
 GPU_NEARLY_FULL = 0.9
 MIB = 1024 * 1024
+# this many chunks failed in a row: the memory is not updating (ERROR), not a passing fault
+FAILING_CHUNKS = 3
+
+
+@dataclass
+class EngineView:
+    """What the "memory" and "latency" statuses read: the engine's status and the node's own facts."""
+
+    status: SessionStatus = field(default_factory=SessionStatus)
+    active: bool = True
+    chunk_span_s: float = 0.0  # stream time one chunk covers: chunk_frames / sample_fps
+    ingest_fps: float = 0.0  # frames taken into memory per second, all cameras
+    chunk_error: str = ""  # the last chunk failure
+    snapshot: str = ""  # the memory snapshot's state ("" = not shown)
+    snapshot_error: str = ""  # a snapshot refused at start
 
 
 def _fmt_ms(value: float) -> str:
@@ -87,13 +107,12 @@ class CameraTask:
 
 
 class NodeDiagnostics:
-    """Owns the Updater and its tasks for one node. ``memory_status`` and ``context`` as EngineTasks
-    takes them; the context also says "active" (bool)."""
+    """Owns the Updater and its tasks for one node; ``view`` gives the engine's view when asked."""
 
-    def __init__(self, node, memory_status: Callable, context: Callable[[], dict]):
+    def __init__(self, node, view: Callable[[], EngineView]):
         self.node = node
-        self.context = context
-        self.engine = EngineTasks(memory_status, context)
+        self.view = view
+        self.engine = EngineTasks(view)
         self.updater = updater_lib.Updater(node)
         self.updater.setHardwareID("none")
         # The Updater times itself by the node's clock; with use_sim_time that clock stops when a
@@ -118,7 +137,7 @@ class NodeDiagnostics:
         task.addTask(stamps)
         self._min_rates[topic] = min_rate
         # silent: two periods of the minimum rate without a frame
-        frames = CameraTask(counters, lambda: self.context()["active"], lambda: 2.0 / self._min_rates[topic])
+        frames = CameraTask(counters, lambda: self.view().active, lambda: 2.0 / self._min_rates[topic])
         task.addTask(updater_lib.FunctionDiagnosticTask("frames", frames.run))
         self._rate_tasks[topic], self._stamp_tasks[topic] = rate, stamps
         self._add(task)
@@ -160,62 +179,66 @@ class NodeDiagnostics:
 
 
 class EngineTasks:
-    """The "memory" and "latency" statuses, from the node's MemoryStatus message (the one source of
-    those figures) and a context dict: "prefix_tokens", "chunk_span_s", "chunk_error" (the last chunk
-    failure's text), "gpu_total_bytes"."""
+    """The "memory" and "latency" statuses, from an EngineView."""
 
-    def __init__(self, memory_status: Callable, context: Callable[[], dict]):
-        self.memory_status = memory_status
-        self.context = context
+    def __init__(self, view: Callable[[], EngineView]):
+        self.view = view
         self._chunks_failed = 0
 
     def memory(self, stat):
-        m, ctx = self.memory_status(), self.context()
-        video_max = max(m.layer_tokens) - ctx["prefix_tokens"] if len(m.layer_tokens) else 0
-        gpu_total = ctx.get("gpu_total_bytes", 0)
-        if ctx.get("snapshot_error"):
-            stat.summary(WARN, ctx["snapshot_error"])
-        elif m.budget_tokens and video_max > m.budget_tokens:
-            stat.summary(WARN, f"over budget: a layer holds {video_max} video tokens, budget {m.budget_tokens}")
-        elif gpu_total and m.gpu_reserved_bytes > GPU_NEARLY_FULL * gpu_total:
-            stat.summary(WARN, f"CUDA memory nearly full: {m.gpu_reserved_bytes / MIB:.0f} of "
-                               f"{gpu_total / MIB:.0f} MiB reserved")
+        v = self.view()
+        m, cache, device = v.status, v.status.cache, v.status.device_memory
+        layers = list(cache.layer_tokens)
+        video_max = max(layers) - m.prefix_tokens if layers else 0
+        if m.chunks_failed_in_a_row >= FAILING_CHUNKS:
+            stat.summary(ERROR, f"the memory is not updating: the last {m.chunks_failed_in_a_row} chunks failed "
+                                f"({v.chunk_error or m.last_chunk_error}); answers come from frames up to stamp "
+                                f"{m.newest_stamp:.3f}")
+        elif v.snapshot_error:
+            stat.summary(WARN, v.snapshot_error)
+        elif cache.budget_tokens and video_max > cache.budget_tokens:
+            stat.summary(WARN, f"over budget: a layer holds {video_max} video tokens, budget {cache.budget_tokens}")
+        elif device.total_bytes and device.reserved_bytes > GPU_NEARLY_FULL * device.total_bytes:
+            stat.summary(WARN, f"CUDA memory nearly full: {device.reserved_bytes / MIB:.0f} of "
+                               f"{device.total_bytes / MIB:.0f} MiB reserved")
         else:
-            bound = (f"budget {m.budget_tokens} video tokens per layer" if m.budget_tokens
-                     else "bounded by its banks" if len(m.bank_tokens) else "unbounded")
-            stat.summary(OK, f"{m.frames_in_memory} frames, {m.kv_bytes / MIB:.1f} MiB KV ({bound})")
-        layers = list(m.layer_tokens)
+            bound = (f"budget {cache.budget_tokens} video tokens per layer" if cache.budget_tokens
+                     else "bounded by its banks" if cache.bank_tokens else "unbounded")
+            stat.summary(OK, f"{m.frames_in_memory} frames, {cache.kv_bytes / MIB:.1f} MiB KV ({bound})")
         stat.add("Policy", m.policy)
         stat.add("Model", m.model_id)
         stat.add("Frames in memory", str(m.frames_in_memory))
-        stat.add("Oldest stamp (s)", f"{m.oldest_stamp.sec + m.oldest_stamp.nanosec * 1e-9:.3f}")
-        stat.add("Newest stamp (s)", f"{m.newest_stamp.sec + m.newest_stamp.nanosec * 1e-9:.3f}")
-        stat.add("KV tokens (all layers)", str(m.kv_tokens))
-        stat.add("KV bytes", str(m.kv_bytes))
-        stat.add("Budget (video tokens per layer)", str(m.budget_tokens) if m.budget_tokens else "none")
-        stat.add("System prompt tokens per layer", str(ctx["prefix_tokens"]))
-        if "snapshot" in ctx:
-            stat.add("Memory snapshot", ctx["snapshot"])
+        stat.add("Oldest stamp (s)", f"{m.oldest_stamp:.3f}")
+        stat.add("Newest stamp (s)", f"{m.newest_stamp:.3f}")
+        stat.add("KV tokens (all layers)", str(cache.kv_tokens))
+        stat.add("KV bytes", str(cache.kv_bytes))
+        stat.add("Budget (video tokens per layer)", str(cache.budget_tokens) if cache.budget_tokens else "none")
+        stat.add("System prompt tokens per layer", str(m.prefix_tokens))
+        stat.add("Chunks failed in a row", str(m.chunks_failed_in_a_row))
+        if v.snapshot:
+            stat.add("Memory snapshot", v.snapshot)
         if layers:
             stat.add("Layer tokens min/mean/max", f"{min(layers)}/{sum(layers) / len(layers):.1f}/{max(layers)}")
             stat.add("Layer tokens", " ".join(str(n) for n in layers))
-        if len(m.bank_tokens):
-            stat.add("Bank tokens (instantaneous/short-term/episodic)", " ".join(str(n) for n in m.bank_tokens))
-        if gpu_total:
-            stat.add("GPU allocated (MiB)", f"{m.gpu_allocated_bytes / MIB:.1f}")
-            stat.add("GPU reserved (MiB)", f"{m.gpu_reserved_bytes / MIB:.1f}")
-            stat.add("GPU peak (MiB)", f"{m.gpu_peak_bytes / MIB:.1f}")
-            stat.add("GPU total (MiB)", f"{gpu_total / MIB:.1f}")
+        if cache.bank_tokens:
+            stat.add("Bank tokens (instantaneous/short-term/episodic)", " ".join(str(n) for n in cache.bank_tokens))
+        if device.total_bytes:
+            stat.add("GPU allocated (MiB)", f"{device.allocated_bytes / MIB:.1f}")
+            stat.add("GPU reserved (MiB)", f"{device.reserved_bytes / MIB:.1f}")
+            stat.add("GPU peak (MiB)", f"{device.peak_bytes / MIB:.1f}")
+            stat.add("GPU total (MiB)", f"{device.total_bytes / MIB:.1f}")
         return stat
 
     def latency(self, stat):
-        m, ctx = self.memory_status(), self.context()
+        v = self.view()
+        m, chunk = v.status, v.status.last_chunk
         failed = m.chunks_failed - self._chunks_failed
         self._chunks_failed = m.chunks_failed
-        chunk_ms = m.encode_ms + m.prefill_ms + m.compress_ms
-        span_ms = ctx["chunk_span_s"] * 1e3
+        encode, prefill, compress = (chunk.encode_ms, chunk.prefill_ms, chunk.compress_ms) if chunk else (0.0,) * 3
+        chunk_ms = encode + prefill + compress
+        span_ms = v.chunk_span_s * 1e3
         if failed > 0:
-            stat.summary(ERROR, f"{failed} chunk(s) failed: {ctx['chunk_error']}")
+            stat.summary(ERROR, f"{failed} chunk(s) failed: {v.chunk_error}")
         elif m.chunks_encoded and chunk_ms > span_ms:
             stat.summary(WARN, f"a chunk takes {chunk_ms:.0f} ms for {span_ms:.0f} ms of stream: "
                                "the encoder falls behind (lower sample_fps or use a GPU)")
@@ -223,17 +246,17 @@ class EngineTasks:
             stat.summary(OK, "no chunk encoded yet")
         else:
             stat.summary(OK, f"chunk {chunk_ms:.0f} ms for {span_ms:.0f} ms of stream")
-        stat.add("Encode (ms, last chunk)", _fmt_ms(m.encode_ms))
-        stat.add("Prefill (ms, last chunk)", _fmt_ms(m.prefill_ms))
-        stat.add("Compress (ms, last chunk)", _fmt_ms(m.compress_ms))
+        stat.add("Encode (ms, last chunk)", _fmt_ms(encode))
+        stat.add("Prefill (ms, last chunk)", _fmt_ms(prefill))
+        stat.add("Compress (ms, last chunk)", _fmt_ms(compress))
         stat.add("Stream time per chunk (ms)", _fmt_ms(span_ms))
         stat.add("Last TTFT (ms)", _fmt_ms(m.last_ttft_ms))
-        stat.add("Ingest rate (frames/s)", f"{m.ingest_fps:.2f}")
+        stat.add("Ingest rate (frames/s)", f"{v.ingest_fps:.2f}")
         stat.add("Chunks encoded", str(m.chunks_encoded))
         stat.add("Chunks failed", str(m.chunks_failed))
         stat.add("Questions answered", str(m.questions_answered))
-        if "chunk_waited_questions" in ctx:  # 1: a chunk waits for the question in progress, never more
-            stat.add("Most questions a chunk waited for", str(ctx["chunk_waited_questions"]))
-        if ctx["chunk_error"]:
-            stat.add("Last chunk error", ctx["chunk_error"])
+        # 1: a chunk waits for the question in progress, never more
+        stat.add("Most questions a chunk waited for", str(m.most_questions_a_chunk_waited_for))
+        if v.chunk_error:
+            stat.add("Last chunk error", v.chunk_error)
         return stat

@@ -1,8 +1,9 @@
 """streamcache_node: cameras in, questions answered, memory status and diagnostics out.
 
-A lifecycle node. configure: read and validate the parameters, load the model, build the session,
-create the services, the action, the publishers and the diagnostics. activate: subscribe to the
-cameras and start the ingest thread. deactivate / cleanup undo those steps.
+A lifecycle node, and a translation layer: ROS messages and parameters in, the engine's dataclasses
+out, and back. configure: read and validate the parameters, build the session, create the services,
+the action, the publishers and the diagnostics. activate: subscribe to the cameras and start the
+ingest thread (cameras.py). deactivate / cleanup undo those steps.
 
 Threads: image callbacks (one mutually exclusive group per camera) validate, sample by stamp and put
 the frame in the camera's one-frame slot; the ingest thread takes frames from the slots into the
@@ -10,48 +11,39 @@ session (encoding a chunk every chunk_frames). Questions run on the executor's o
 session's lock serialises them with chunk encoding, and a question flushes the pending frames first,
 so every frame taken before the call is in memory for it; a chunk that falls due while a question
 runs goes before the next question (engine/turns.py), so ingest waits for one question at most.
-Status timers never wait for the session's lock: they publish the snapshot taken after the last
+Status timers never wait for the session's lock: they publish the status taken after the last
 chunk / question / reset.
 
-Faults (docs/reliability.md): a bad image is rejected with its reason and counted; a bad question
-is refused with a specific error_message and the memory unchanged; a chunk that fails (the model
-raising, CUDA out of memory) is dropped and reported while ingest goes on; nothing a camera or a
-client sends can end the process.
+Faults (docs/reliability.md): a question the engine refuses is answered with the engine's reason
+and the memory unchanged; nothing a camera or a client sends can end the process.
 """
 from __future__ import annotations
 
 import threading
 import traceback
 
-import torch
-from builtin_interfaces.msg import Time
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup, ReentrantCallbackGroup
 from rclpy.clock import Clock, ClockType
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
-from rclpy.qos import QoSDurabilityPolicy, QoSHistoryPolicy, QoSProfile, QoSReliabilityPolicy, qos_profile_sensor_data
-from rclpy.qos_overriding_options import QoSOverridingOptions
-from sensor_msgs.msg import CompressedImage, Image
+from rclpy.qos import QoSDurabilityPolicy, QoSHistoryPolicy, QoSProfile, QoSReliabilityPolicy
 from std_msgs.msg import Header
 from streamcache_ros_interfaces.action import Ask as AskAction
 from streamcache_ros_interfaces.msg import MemoryStatus
 from streamcache_ros_interfaces.srv import Ask, LoadMemory, ResetMemory, SaveMemory
 
-from ..engine.errors import (AnswerError, ChunkError, ConfigError, FrameError, ModelLoadError, SnapshotError,
-                             StreamCacheError)
+from ..engine import failpoints
+from ..engine.errors import AnswerError, ChunkError, ConfigError, ModelLoadError, StreamCacheError
 from ..engine.factory import build_session
-from ..engine.faults import ENV as FAULTS_ENV
-from ..engine.faults import FaultPlan
-from ..engine.session import REPLACEMENT_CHARACTER
-from . import params
-from .diagnostics import NodeDiagnostics
-from .image_conversion import ImageConverter, ImageRejected, check_raw_image, is_compressed
-from .sampler import NS_PER_S, CameraCounters, LatestFrameSlots, SampledFrame
+from ..engine.status import EngineInfo, SessionStatus
+from . import params, translate
+from .cameras import CameraIngest, CameraInput
+from .memory_services import MemoryServices
+from .diagnostics import EngineView, NodeDiagnostics
+from .image_conversion import ImageConverter
+from .sampler import CameraCounters, LatestFrameSlots
 from .snapshots import SnapshotKeeper, check_path
 
 NODE_NAME = "streamcache_node"
-# A question longer than this many characters per allowed token cannot fit: refused before the
-# tokenizer sees it (a megabyte string must not cost a tokenizer pass).
-CHARS_PER_TOKEN_LIMIT = 16
 # memory_status: one after each chunk, so a fast replay makes bursts; a deep history keeps a slow
 # reliable subscriber from losing any
 STATUS_QOS = QoSProfile(history=QoSHistoryPolicy.KEEP_LAST, depth=100, reliability=QoSReliabilityPolicy.RELIABLE,
@@ -61,29 +53,7 @@ ACK_QOS = QoSProfile(history=QoSHistoryPolicy.KEEP_LAST, depth=1000, reliability
                      durability=QoSDurabilityPolicy.VOLATILE)
 
 
-def stamp_to_ns(stamp) -> int:
-    return int(stamp.sec) * 1_000_000_000 + int(stamp.nanosec)
-
-
-def seconds_to_time(seconds: float) -> Time:
-    ns = int(round(seconds * 1e9))
-    return Time(sec=ns // 1_000_000_000, nanosec=ns % 1_000_000_000)
-
-
-class CameraInput:
-    """One subscribed camera: its configured name, resolved topic, counters and subscription."""
-
-    def __init__(self, name: str, counters: CameraCounters, group):
-        self.name = name  # as written in camera_topics: the session's camera key and the Ask camera
-        self.counters = counters
-        self.group = group
-        self.topic = name  # resolved full name once subscribed
-        self.subscription = None
-        self.logged_reasons: set[str] = set()
-        self.last_ingested_ns: int | None = None  # the stamp of the last frame the ingest thread took
-
-
-class StreamCacheNode(LifecycleNode):
+class StreamCacheNode(CameraIngest, MemoryServices, LifecycleNode):
     def __init__(self, node_name: str = NODE_NAME, **kwargs):
         super().__init__(node_name, **kwargs)
         self.values = params.declare_all(self)  # ConfigError: a wrong type or a value out of range
@@ -93,6 +63,7 @@ class StreamCacheNode(LifecycleNode):
         self.sample_fps = float(self.values["sample_fps"])
         self.configure_error: str = ""  # the one line main prints when configure fails
         self.session = None
+        self.info: EngineInfo | None = None  # what the session runs (model, policy, chunk_frames ...)
         self.cameras: dict[str, CameraInput] = {}
         self.slots = LatestFrameSlots()
         self.converter: ImageConverter | None = None
@@ -101,8 +72,8 @@ class StreamCacheNode(LifecycleNode):
         self._stopping = threading.Event()
         self._ingest_thread: threading.Thread | None = None
         self._status_lock = threading.Lock()
-        self._status = None  # engine SessionStatus after the last chunk / question / reset / load
-        self._last_chunk_error = ""
+        self._status: SessionStatus | None = None  # after the last chunk / question / reset / load
+        self._ingest_error = ""  # an ingest failure outside the engine's own chunk errors
         self.snapshots = SnapshotKeeper("")
         self._saved_at_stop = False
         self._entities = []  # services, action server, publishers, timers made at configure
@@ -135,12 +106,12 @@ class StreamCacheNode(LifecycleNode):
         values = params.read_all(self)
         params.validate_node_params(values)
         snapshot_path = check_path(str(values["memory_snapshot_path"]))
-        faults = FaultPlan.from_environment()  # before the model loads: a typo fails fast
+        faults = failpoints.arm_from_environment()  # before the model loads: a typo fails fast
         self.values = values
-        self.session = build_session(params.engine_params(values))
+        self.session = build_session({**params.engine_params(values), "camera_topics": values["camera_topics"]})
+        self.info = self.session.info()
         if faults is not None:
-            faults.install(self.session)
-            self.get_logger().warning(f"{FAULTS_ENV}={faults}: TEST faults are being injected")
+            self.get_logger().warning(f"{failpoints.ENV}={faults}: TEST faults are being injected")
         self.snapshots = SnapshotKeeper(snapshot_path, float(values["memory_snapshot_period_s"]))
         self._saved_at_stop = False
         restored = self.snapshots.restore(self.session)
@@ -155,36 +126,21 @@ class StreamCacheNode(LifecycleNode):
         for camera in self.cameras.values():
             self._check_qos_overrides(camera)
         self._status = self.session.status()
-        self._last_chunk_error = ""
+        self._ingest_error = ""
         self.slots = LatestFrameSlots()
         self._make_interfaces()
         if self.diagnostics is None:  # the Updater declares its parameter: made once per node
-            self.diagnostics = NodeDiagnostics(self, self.memory_status, self._diagnostics_context)
+            self.diagnostics = NodeDiagnostics(self, self.engine_view)
         min_rate, max_delay = self._diagnostic_limits()
         for camera in self.cameras.values():
             self.diagnostics.add_camera(camera.name, camera.counters, min_rate, max_delay)
-        self.diagnostics.add_engine(self.session.adapter.model_id)
-        adapter = self.session.adapter
+        info = self.info
+        self.diagnostics.add_engine(info.model_id)
         self.get_logger().info(
-            f"configured: model {adapter.model_id} ({adapter.family}, {adapter.device}, {adapter.dtype}), "
-            f"policy {self.session.policy.name}, cameras {', '.join(self.cameras)}, sample_fps {self.sample_fps}, "
-            f"chunk_frames {self.session.config.chunk_frames}; images via {self.converter.backend}, "
+            f"configured: model {info.model_id} ({info.model_family}, {info.device}, {info.dtype}), "
+            f"policy {info.policy}, cameras {', '.join(self.cameras)}, sample_fps {self.sample_fps}, "
+            f"chunk_frames {info.chunk_frames}; images via {self.converter.backend}, "
             f"diagnostics via {self.diagnostics.backend}")
-
-    def _check_qos_overrides(self, camera: CameraInput) -> None:
-        """A bad qos_overrides.<topic>.subscription.* value is a configuration error (found at
-        configure, before anything is subscribed): declare and check them as rclpy will at activate."""
-        from rclpy.qos_overriding_options import _declare_qos_parameters  # noqa: PLC0415
-        from rclpy.subscription import Subscription  # noqa: PLC0415
-
-        topic = self.resolve_topic_name(camera.name)
-        sensor = qos_profile_sensor_data
-        scratch = QoSProfile(history=sensor.history, depth=sensor.depth, reliability=sensor.reliability,
-                             durability=sensor.durability)  # rclpy writes the overrides into the profile
-        try:
-            _declare_qos_parameters(Subscription, self, topic, scratch, QoSOverridingOptions.with_default_policies())
-        except Exception as err:  # noqa: BLE001 - InvalidQosOverridesError, ParameterException, ...
-            raise ConfigError(f"qos_overrides.{topic}.subscription", str(err).splitlines()[0]) from None
 
     def _make_interfaces(self) -> None:
         from rclpy.action import ActionServer, CancelResponse, GoalResponse  # noqa: PLC0415
@@ -205,13 +161,8 @@ class StreamCacheNode(LifecycleNode):
 
     def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
         for camera in self.cameras.values():
-            msg_type = CompressedImage if camera.name.rstrip("/").endswith("/compressed") else Image
             try:
-                # sensor-data QoS (best effort) by default; qos_overrides.<topic>.subscription.reliability
-                # := reliable for large images from a reliable publisher (best effort loses big messages)
-                camera.subscription = self.create_subscription(
-                    msg_type, camera.name, lambda msg, c=camera: self._on_image(c, msg), qos_profile_sensor_data,
-                    callback_group=camera.group, qos_overriding_options=QoSOverridingOptions.with_default_policies())
+                self._subscribe(camera)
             except Exception as err:  # noqa: BLE001 - checked at configure already; anything else rclpy refuses
                 self.configure_error = f"cannot subscribe to {camera.name}: {str(err).splitlines()[0]}"
                 if not self.autostart:
@@ -277,6 +228,7 @@ class StreamCacheNode(LifecycleNode):
             self.diagnostics.clear()
         self.cameras = {}
         self.session = None
+        self.info = None
 
     def stop(self) -> None:
         """Called on SIGINT / shutdown from main: stop questions and the ingest thread, then write the
@@ -288,176 +240,42 @@ class StreamCacheNode(LifecycleNode):
             self._saved_at_stop = True
             self._write_snapshot("shutdown")
 
-    def _write_snapshot(self, reason: str) -> None:
-        session = self.session
-        if session is None:
-            return
-        try:
-            line = self.snapshots.write(session, reason)
-        except SnapshotError as err:
-            self.get_logger().error(f"memory snapshot not written: {err}")
-            return
-        if line:
-            self.get_logger().info(line)
-
     @property
     def active(self) -> bool:
         return self._active
 
-    # -- frames ---------------------------------------------------------------------------------
-    def _on_image(self, camera: CameraInput, msg) -> None:
-        stamp_ns = stamp_to_ns(msg.header.stamp)
-        camera.counters.arrived(stamp_ns)
-        self.diagnostics.frame_arrived(camera.name, stamp_ns, self.get_clock().now().nanoseconds)
-        try:
-            if not is_compressed(msg):
-                check_raw_image(msg, self.converter.max_pixels)  # cheap: every frame is checked
-            if camera.counters.is_due(stamp_ns):
-                # compressed images are decoded (and so fully checked) only when sampled
-                rgb = self.converter.to_rgb(msg)
-                camera.counters.sampled(stamp_ns)
-                replaced = self.slots.put(SampledFrame(camera.name, stamp_ns, rgb))
-                if replaced is not None:  # the ingest thread had not taken the previous one
-                    camera.counters.dropped()
-                    self._ack(camera, replaced.stamp_ns)
-                return  # acknowledged once the ingest thread has taken it
-        except ImageRejected as err:
-            self._reject(camera, err.reason, str(err))
-        except Exception as err:  # noqa: BLE001 - an exception here would end the executor's spin
-            self._reject(camera, "internal", f"conversion failed: {type(err).__name__}: {err}")
-            self.get_logger().debug(traceback.format_exc())
-        self._ack(camera, stamp_ns)
-
-    def _reject(self, camera: CameraInput, reason: str, text: str) -> None:
-        camera.counters.rejected(reason, text)
-        message = f"rejected a frame from {camera.topic}: {text}"
-        if reason not in camera.logged_reasons:
-            camera.logged_reasons.add(reason)
-            self.get_logger().warning(message)
-        else:
-            self.get_logger().warning(message, throttle_duration_sec=5.0)
-
-    def _ack(self, camera: CameraInput, stamp_ns: int) -> None:
-        """Tell a lock-step replay that this frame has been dealt with (taken, skipped or rejected)."""
-        msg = Header(frame_id=camera.topic)
-        msg.stamp.sec, msg.stamp.nanosec = divmod(stamp_ns, 1_000_000_000)
-        self._publish(self.ack_pub, msg)
-
-    def _ingest_loop(self) -> None:
-        while not self._stopping.is_set():
-            frame = self.slots.take(timeout=0.5)
-            if frame is None:
-                continue
-            camera = self.cameras.get(frame.camera)
-            session = self.session
-            if camera is None or session is None:
-                continue
-            self._time_jump(camera, frame.stamp_ns, session)
-            report, failed = None, False
-            try:
-                report = session.add_frame(frame.rgb, stamp=frame.stamp_ns * 1e-9, camera=frame.camera)
-                camera.counters.ingested()
-            except ChunkError as err:  # dropped (memory as before it) or kept uncompressed; counted by the session
-                camera.counters.ingested()  # the frame was taken; its chunk failed
-                failed, self._last_chunk_error = True, str(err)
-                self.get_logger().error(str(err))
-            except FrameError as err:
-                camera.counters.rejected("frame", str(err))
-                self.get_logger().warning(f"frame from {camera.topic} refused by the session: {err}")
-            except Exception as err:  # noqa: BLE001 - the ingest thread must survive anything
-                failed, self._last_chunk_error = True, f"{type(err).__name__}: {err}"
-                self.get_logger().error(f"ingest failed: {self._last_chunk_error}\n{traceback.format_exc()}")
-            if report is not None or failed:
-                self._refresh_status()
-                self.publish_memory_status()
-                if self.snapshots.due():
-                    self._write_snapshot("periodic")
-            self._ack(camera, frame.stamp_ns)
-
-    def _time_jump(self, camera: CameraInput, stamp_ns: int, session) -> None:
-        """Stamps going back by more than one sampling period (a bag looped, a sim clock reset):
-        the sampler has restarted its slots (sampler.py); the memory is kept, or forgotten with
-        reset_on_time_jump. The camera's diagnostics show the jump."""
-        last, camera.last_ingested_ns = camera.last_ingested_ns, stamp_ns
-        if last is None or stamp_ns >= last - NS_PER_S / self.sample_fps:
-            return
-        back = (last - stamp_ns) / NS_PER_S
-        if self.get_parameter("reset_on_time_jump").value:
-            forgotten = session.reset()
-            for other in self.cameras.values():
-                other.last_ingested_ns = stamp_ns if other is camera else None
-            self._refresh_status()
-            self.get_logger().warning(f"{camera.topic}: stamps jumped back {back:.3f} s: memory reset "
-                                      f"({forgotten} frames forgotten, reset_on_time_jump)")
-        else:
-            self.get_logger().warning(f"{camera.topic}: stamps jumped back {back:.3f} s: sampling restarted, "
-                                      "memory kept (reset_on_time_jump is false)")
-
     # -- questions ------------------------------------------------------------------------------
-    def _resolve_camera(self, camera: str) -> str:
-        if not camera:
-            return ""
+    def _camera_key(self, camera: str) -> str:
+        """The session's name of a camera asked for by its name in camera_topics or its resolved
+        topic; anything else goes to the session as it is (which refuses it, saying why)."""
         for name, cam in self.cameras.items():
-            if camera in (name, cam.topic):
+            if camera and camera in (name, cam.topic):
                 return name
-        known = ", ".join(self.cameras) or "none"
-        raise ValueError(f"unknown camera '{camera}' (camera_topics: {known})")
-
-    def _refuse(self, result, message: str):
-        result.success = False
-        result.error_message = message
-        result.option_index = -1
-        return result
+        return camera
 
     def answer(self, request, result, on_text=None, should_stop=None):
         """Answer an Ask request into ``result`` (an Ask response or action result). Never raises.
         Returns (result, cancelled)."""
-        session = self.session
-        result.method = session.policy.name if session is not None else ""
-        result.model_id = session.adapter.model_id if session is not None else ""
+        session, info = self.session, self.info
+        result.method, result.model_id = (info.policy, info.model_id) if info is not None else ("", "")
         result.option_index = -1
         if not self._active or session is None:
-            return self._refuse(result, f"{self.get_name()} is not active: configure and activate it first"), False
-        question = request.question
-        limit = session.config.max_question_tokens
-        if not question.strip():
-            return self._refuse(result, "the question is empty"), False
-        if len(question) > CHARS_PER_TOKEN_LIMIT * limit:
-            return self._refuse(result, f"the question is {len(question)} characters; at most "
-                                        f"{CHARS_PER_TOKEN_LIMIT * limit} (max_question_tokens {limit})"), False
-        if REPLACEMENT_CHARACTER in request.camera:
-            return self._refuse(result, "the camera name is not valid UTF-8"), False
-        try:
-            camera = self._resolve_camera(request.camera)
-        except ValueError as err:
-            return self._refuse(result, str(err)), False
-        if camera and camera not in session.cameras:
-            return self._refuse(result, f"no frames from camera '{camera}' yet"), False
+            return translate.refuse(result, f"{self.get_name()} is not active: configure and activate it first"), False
         stop = (lambda: self._stopping.is_set() or should_stop()) if should_stop else self._stopping.is_set
         try:
-            answer = session.ask(question, list(request.options), camera=camera,
+            answer = session.ask(request.question, list(request.options), camera=self._camera_key(request.camera),
                                  max_new_tokens=int(request.max_new_tokens), on_text=on_text, should_stop=stop)
         except StreamCacheError as err:  # QuestionError, ChunkError (flushing), AnswerError: memory unchanged
             if isinstance(err, (AnswerError, ChunkError)):  # a fault, not the client's doing
                 self.get_logger().error(f"question failed: {err}")
-            return self._refuse(result, str(err)), False
+            return translate.refuse(result, str(err)), False
         except Exception as err:  # noqa: BLE001 - a request never takes the node down
             self.get_logger().error(f"question failed: {type(err).__name__}: {err}\n{traceback.format_exc()}")
-            return self._refuse(result, f"internal error: {type(err).__name__}: {err}"), False
+            return translate.refuse(result, f"internal error: {type(err).__name__}: {err}"), False
         finally:
             self._refresh_status()
-        result.success = not answer.cancelled
-        result.error_message = "cancelled" if answer.cancelled else ""
-        result.answer = answer.text
-        result.option_index = answer.option_index
-        result.frames_in_memory = answer.frames_in_memory
-        result.oldest_stamp = seconds_to_time(answer.oldest_stamp)
-        result.newest_stamp = seconds_to_time(answer.newest_stamp)
-        result.kv_tokens = answer.kv_tokens
-        result.ttft_ms = answer.ttft_ms
-        result.total_ms = answer.total_ms
-        result.answer_tokens = answer.answer_tokens
-        return result, answer.cancelled
+        now_s = self.get_clock().now().nanoseconds * 1e-9
+        return translate.fill_answer(result, answer, now_s), answer.cancelled
 
     def _on_ask(self, request, response):
         response, _ = self.answer(request, response)
@@ -478,62 +296,6 @@ class StreamCacheNode(LifecycleNode):
             goal_handle.abort()
         return result
 
-    # -- memory services ------------------------------------------------------------------------
-    def _memory_call(self, response, action):
-        if not self._active or self.session is None:
-            response.success = False
-            response.error_message = f"{self.get_name()} is not active: configure and activate it first"
-            return response
-        try:
-            action(response)
-            response.success = True
-        except StreamCacheError as err:
-            response.success = False
-            response.error_message = str(err)
-        except Exception as err:  # noqa: BLE001
-            self.get_logger().error(f"memory service failed: {type(err).__name__}: {err}\n{traceback.format_exc()}")
-            response.success = False
-            response.error_message = f"internal error: {type(err).__name__}: {err}"
-        self._refresh_status()
-        self.publish_memory_status()
-        return response
-
-    def _on_reset(self, request, response):
-        def reset(r):
-            self.slots.clear()  # sampled before the reset: not wanted after it
-            for camera in self.cameras.values():
-                camera.counters.restart_sampling()
-                camera.last_ingested_ns = None
-            r.frames_cleared = self.session.reset()
-            self.get_logger().info(f"memory reset: {r.frames_cleared} frames forgotten")
-        return self._memory_call(response, reset)
-
-    def _on_save(self, request, response):
-        def save(r):
-            path = request.path.strip()
-            if not path:  # the configured snapshot file
-                if not self.snapshots.path:
-                    raise _RequestError("path is empty (and memory_snapshot_path is not set)")
-                if not self.snapshots.writable:
-                    raise _RequestError(f"path is empty and memory_snapshot_path {self.snapshots.path} holds a "
-                                        "snapshot refused at start: give a path")
-                path = self.snapshots.path
-            r.bytes_written = self.session.save(path)
-            r.frames_in_memory = self.session.status().frames_in_memory
-            self.get_logger().info(f"memory saved to {path}: {r.bytes_written} bytes")
-        return self._memory_call(response, save)
-
-    def _on_load(self, request, response):
-        def load(r):
-            if not request.path.strip():
-                raise _RequestError("path is empty")
-            self.slots.clear()
-            r.frames_in_memory = self.session.load(request.path)
-            for camera in self.cameras.values():
-                camera.last_ingested_ns = None
-            self.get_logger().info(f"memory loaded from {request.path}: {r.frames_in_memory} frames")
-        return self._memory_call(response, load)
-
     # -- status ---------------------------------------------------------------------------------
     def _refresh_status(self) -> None:
         session = self.session
@@ -543,39 +305,27 @@ class StreamCacheNode(LifecycleNode):
                 self._status = status
 
     def memory_status(self) -> MemoryStatus:
-        """The MemoryStatus message: the session snapshot plus the live frame counters."""
-        msg = MemoryStatus()
-        msg.header.stamp = self.get_clock().now().to_msg()
+        """The MemoryStatus message: the engine's status plus the live frame counters."""
         with self._status_lock:
             status = self._status
+        stamp = self.get_clock().now().to_msg()
         if status is None:
+            msg = MemoryStatus()
+            msg.header.stamp = stamp
             return msg
-        cache, chunk = status.cache, status.last_chunk
-        msg.policy, msg.model_id = status.policy, status.model_id
-        msg.frames_in_memory = status.frames_in_memory
-        msg.oldest_stamp = seconds_to_time(status.oldest_stamp)
-        msg.newest_stamp = seconds_to_time(status.newest_stamp)
-        msg.kv_tokens, msg.kv_bytes, msg.budget_tokens = cache.kv_tokens, cache.kv_bytes, cache.budget_tokens
-        msg.layer_tokens = [int(n) for n in cache.layer_tokens]
-        msg.bank_tokens = [int(n) for n in cache.bank_tokens]
-        if torch.cuda.is_available() and self.session is not None and self.session.adapter.device.type == "cuda":
-            device = self.session.adapter.device
-            msg.gpu_allocated_bytes = torch.cuda.memory_allocated(device)
-            msg.gpu_reserved_bytes = torch.cuda.memory_reserved(device)
-            msg.gpu_peak_bytes = torch.cuda.max_memory_allocated(device)
-        if chunk is not None:
-            msg.encode_ms, msg.prefill_ms, msg.compress_ms = chunk.encode_ms, chunk.prefill_ms, chunk.compress_ms
-        msg.last_ttft_ms = status.last_ttft_ms
-        msg.chunks_encoded, msg.chunks_failed = status.chunks_encoded, status.chunks_failed
-        msg.questions_answered = status.questions_answered
-        for camera in list(self.cameras.values()):
-            snap = camera.counters.snapshot()
-            msg.frames_received += snap.received
-            msg.frames_sampled += snap.sampled
-            msg.frames_dropped += snap.dropped
-            msg.frames_rejected += snap.rejected
-            msg.ingest_fps += snap.ingest_rate
-        return msg
+        return translate.memory_status(status, [c.counters.snapshot() for c in list(self.cameras.values())], stamp)
+
+    def engine_view(self) -> EngineView:
+        """What the memory and latency diagnostics read."""
+        with self._status_lock:
+            status = self._status
+        status = status or SessionStatus()
+        span = self.info.chunk_frames / self.sample_fps if self.info is not None else 0.0
+        return EngineView(status=status, active=self._active, chunk_span_s=span,
+                          ingest_fps=sum(c.counters.snapshot().ingest_rate for c in list(self.cameras.values())),
+                          chunk_error=self._ingest_error or status.last_chunk_error,
+                          snapshot=self.snapshots.summary(),
+                          snapshot_error=self.snapshots.detail if self.snapshots.state == "refused" else "")
 
     def publish_memory_status(self) -> None:
         if self._active:
@@ -596,20 +346,3 @@ class StreamCacheNode(LifecycleNode):
     def _diagnostic_limits(self) -> tuple[float, float]:
         min_rate = float(self.get_parameter("camera_min_rate").value) or self.sample_fps
         return min_rate, float(self.get_parameter("max_frame_delay").value)
-
-    def _diagnostics_context(self) -> dict:
-        session = self.session
-        gpu_total = 0
-        if session is not None and session.adapter.device.type == "cuda":
-            gpu_total = torch.cuda.get_device_properties(session.adapter.device).total_memory
-        chunk_frames = session.config.chunk_frames if session is not None else 1
-        return {"active": self._active, "prefix_tokens": len(session.adapter.prefix_ids) if session else 0,
-                "chunk_span_s": chunk_frames / self.sample_fps if session else 0.0,
-                "chunk_error": self._last_chunk_error, "gpu_total_bytes": gpu_total,
-                "snapshot": self.snapshots.summary(),
-                "chunk_waited_questions": self._status.most_questions_a_chunk_waited_for if self._status else 0,
-                "snapshot_error": self.snapshots.detail if self.snapshots.state == "refused" else ""}
-
-
-class _RequestError(StreamCacheError):
-    """A service request that cannot be served as asked (the message says why)."""

@@ -1,9 +1,10 @@
 """The node's ROS parameters: declared with descriptors (type, range, description), read, validated.
 
-Names are those of docs/interfaces.md (other nodes and launch files rely on them). Every engine
-parameter (``engine.factory.ENGINE_DEFAULTS``) is declared, and every registered policy's own
-constructor arguments as "<policy>.<argument>" (``hermes.reindex``, ``h2svc.w_s``), so a YAML for
-any policy works as soon as the policy is registered. A bad value becomes a ConfigError naming the
+Names are those of docs/interfaces.md. Every engine parameter (``engine.factory.ENGINE_DEFAULTS``) is
+declared, and every registered policy's settings as "<policy>.<setting>" (``hermes.reindex``,
+``h2svc.w_s``), with the description and range its settings dataclass gives, so a YAML for any
+policy works as soon as the policy is registered. Old names still work: each is declared too, with
+its own default, and the factory resolves it. A bad value becomes a ConfigError naming the
 parameter (the node then exits with code 2 and that one line).
 """
 from __future__ import annotations
@@ -16,13 +17,12 @@ from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescri
 from rclpy.exceptions import InvalidParameterTypeException, InvalidParameterValueException, ParameterException
 from rclpy.validate_topic_name import validate_topic_name
 
-from ..engine.cache import POLICIES, policy_parameters
+from ..engine.cache import POLICIES, SettingInfo, policy_settings
+from ..engine.cache.settings import INHERITED
 from ..engine.errors import ConfigError
-from ..engine.factory import ENGINE_DEFAULTS
+from ..engine.factory import ENGINE_DEFAULTS, family_aliases
 from .image_conversion import DEFAULT_MAX_PIXELS
 
-# the default policy (docs/interfaces.md, "Parameters")
-DEFAULT_POLICY = "hermes" if "hermes" in POLICIES else "fifo"
 DEFAULT_CAMERA = "/camera/image_raw"
 
 
@@ -41,7 +41,9 @@ DESCRIPTIONS = {
     "model_path": "Model: a bundled tiny model's name, a local directory or a Hugging Face hub id "
                   "(Qwen2.5-VL or LLaVA-OneVision)",
     "policy": "KV cache policy: one of " + "|".join(sorted(POLICIES)),
-    "budget_tokens": "Video tokens kept per layer (fifo, hermes); must hold at least one frame",
+    "budget_tokens": "Video tokens kept per layer by the policies that keep a budget ("
+                     + ", ".join(sorted(p for p in POLICIES if POLICIES[p].settings_class.takes("budget_tokens")))
+                     + "); must hold at least one frame",
     "sample_fps": "Frames per second taken into memory, by message stamp",
     "chunk_frames": "Frames per camera encoded and prefilled together",
     "device": "cpu | cuda | cuda:N | auto",
@@ -84,24 +86,42 @@ NODE_SPECS: dict[str, Spec] = {
 def engine_specs() -> dict[str, Spec]:
     specs = {}
     for name, default in ENGINE_DEFAULTS.items():
-        if name == "policy":
-            default = DEFAULT_POLICY
         low, high = RANGES.get(name, (None, None))
         specs[name] = Spec(default, DESCRIPTIONS.get(name, "Engine parameter (docs/interfaces.md)"), low, high)
     return specs
 
 
+def setting_spec(policy: str, info: SettingInfo, default=None, description: str = "") -> Spec:
+    """A policy setting's parameter: its description, choices and range from the settings dataclass.
+    An ``inherited`` setting (``reindex``, ``reindex_margin``) defaults to the general parameter's
+    value, so ``reindex: eager`` applies to every policy and ``hermes.reindex: eager`` to hermes alone."""
+    text = f"{policy}: {description or info.description}"
+    if info.choices:
+        text += f" (one of: {' | '.join(info.choices)})"
+    inherits = info.name if info.scope == INHERITED else None
+    if inherits:
+        text += f" (default: the value of '{info.name}')"
+    low, high = info.low, info.high
+    if low is not None and high is None:
+        high = BIG if isinstance(info.default, int) else 1e9
+    return Spec(info.default if default is None else default, text, low, high, inherits=inherits)
+
+
 def policy_specs() -> dict[str, Spec]:
-    """"<policy>.<argument>" for every registered policy. An argument that is also a general
-    parameter (``reindex``, ``reindex_margin``) defaults to the general parameter's value, so
-    ``reindex: eager`` applies to every policy and ``hermes.reindex: eager`` to hermes alone."""
+    """"<policy>.<setting>" for every registered policy's settings, and their old names."""
     specs = {}
     for policy in sorted(POLICIES):
-        for arg, default in policy_parameters(policy).items():
-            inherits = arg if arg in ENGINE_DEFAULTS else None
-            description = f"{policy} policy: constructor argument '{arg}'" + (
-                f" (default: the value of '{arg}')" if inherits else "")
-            specs[f"{policy}.{arg}"] = Spec(default, description, inherits=inherits)
+        infos = {info.name: info for info in policy_settings(policy)}
+        for info in infos.values():
+            specs[f"{policy}.{info.name}"] = setting_spec(policy, info)
+            for alias in info.aliases:
+                specs[f"{policy}.{alias}"] = setting_spec(policy, info,
+                                                          description=f"old name of '{policy}.{info.name}'")
+        for alias, (target, default, adapter) in family_aliases(policy).items():
+            specs[f"{policy}.{alias}"] = setting_spec(
+                policy, infos[target], default=default,
+                description=f"'{policy}.{target}' for {adapter.family} models (old name; its default is that "
+                            f"family's preset)")
     return specs
 
 

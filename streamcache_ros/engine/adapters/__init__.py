@@ -98,6 +98,7 @@ def load_adapter(model_path: str, device: str = "auto", dtype: str = "auto", att
     model_id = _model_id(model_path, resolved)
     adapter = adapter_cls(model, tokenizer, image_processor, model_id, attention=attention, sample_fps=sample_fps,
                           options_prompt=read_model_settings(resolved).get("options_prompt", "letter"))
+    adapter.model_dir = resolved if os.path.isdir(resolved) else ""
     if vision_backend == "onnxruntime":
         adapter.vision_encoder = OnnxVisionEncoder(vision_onnx_path, adapter, providers=vision_onnx_providers)
     return adapter

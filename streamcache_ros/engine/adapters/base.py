@@ -18,7 +18,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ..cache import TEXT_UNIT, CacheGeometry, CachePolicy, NewTokens
+from ..cache import TEXT_UNIT, CacheGeometry, CachePolicy, FamilyTraits, NewTokens
 from ..cache.attention import resolve_backend
 from ..cache.rope import RotarySpec, apply_rotary
 from ..layout import OPTION_LETTERS, question_prompt, text_positions
@@ -101,57 +101,18 @@ def project_qk(attn: torch.nn.Module, normed: torch.Tensor) -> tuple[torch.Tenso
     return q, k
 
 
-class _QKRecorder:
-    """Stands in for a policy during one forward pass: records each layer's un-rotated q/k and
-    passes the call on."""
-
-    def __init__(self, policy: CachePolicy):
-        self.policy = policy
-        self.qk: list[tuple[torch.Tensor, torch.Tensor]] = []
-
-    def attend(self, layer, q, k, v, new, key_filter=None):
-        self.qk.append((q, k))
-        return self.policy.attend(layer, q, k, v, new, key_filter)
-
-
-class GuidanceProvider:
-    """What HERMES needs from the model for its guidance prompts (hermes_spec §5-6), so that the
-    cache policy stays torch-only: raw token ids and every layer's un-rotated q/k projections."""
-
-    def __init__(self, adapter: "ModelAdapter"):
-        self.adapter = adapter
-
-    def token_ids(self, text: str) -> list[int]:
-        # hermes_spec §5: tokenised raw, no chat template and no special tokens
-        return self.adapter.tokenizer(text, add_special_tokens=False).input_ids
-
-    @torch.inference_mode()
-    def embedding_qk(self, ids: list[int]) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        """D3 (the reference): layer l's q/k projected from input_layernorm_l(token embeddings), the
-        same embeddings for every layer."""
-        embeds = self.adapter.embed_text(ids)
-        return [project_qk(layer.self_attn, layer.input_layernorm(embeds)) for layer in self.adapter.text_model.layers]
-
-    @torch.inference_mode()
-    def hidden_qk(self, ids: list[int], policy: CachePolicy) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        """Layer l's q/k from the layer's own input: the text runs through the decoder over the cache
-        like a question would, and its tokens are removed again (the cache is unchanged)."""
-        adapter = self.adapter
-        recorder = _QKRecorder(policy)
-        mark = policy.mark()
-        try:
-            adapter.forward(adapter.embed_text(ids), adapter.text_tokens(len(ids)), recorder)
-        finally:
-            policy.truncate(mark)
-        return recorder.qk
-
-
 class ModelAdapter(abc.ABC):
     """One model family on transformers: prompt layout, vision encoding, decoder loop."""
 
     family: str = ""
     system_prompt: str = ""
     frames_per_unit: int = 1
+    # what the family means to a cache policy (RoPE layout, setting presets), as data
+    traits: FamilyTraits = FamilyTraits()
+    # the family's own old parameter names: "<policy>.<old name>" -> "<policy>.<setting>" (the
+    # factory applies them to this family's models only)
+    setting_aliases: dict[str, str] = {}
+    model_dir: str = ""  # the local folder the model was loaded from ("" for a hub id)
 
     def __init__(self, model, tokenizer, image_processor, model_id: str, attention: str = "auto",
                  options_prompt: str = "letter"):
@@ -170,7 +131,6 @@ class ModelAdapter(abc.ABC):
         eos = self.tokenizer.eos_token_id
         self.stop_ids = {eos} if isinstance(eos, int) else set(eos or [])
         self.config_hash = config_fingerprint(model.config)
-        self.guidance = GuidanceProvider(self)  # handed to the cache policy after each chunk (HERMES)
 
     # -- family-specific --------------------------------------------------------------------------
     @abc.abstractmethod
@@ -195,7 +155,7 @@ class ModelAdapter(abc.ABC):
     # -- geometry ---------------------------------------------------------------------------------
     def rotary_spec(self) -> RotarySpec:
         rope = self.text_model.rotary_emb
-        section = getattr(rope, "mrope_section", None) if self.family == "qwen2_5_vl" else None
+        section = getattr(rope, "mrope_section", None) if self.traits.rope_layout == "mrope" else None
         return RotarySpec(inv_freq=rope.inv_freq.detach().to(torch.float32).cpu(),
                           mrope_section=tuple(section) if section else None,
                           attention_scaling=float(getattr(rope, "attention_scaling", 1.0)))
@@ -207,8 +167,7 @@ class ModelAdapter(abc.ABC):
             num_layers=cfg.num_hidden_layers, num_q_heads=cfg.num_attention_heads,
             num_kv_heads=cfg.num_key_value_heads, head_dim=head_dim, dtype=self.dtype, device=self.device,
             rotary=self.rotary_spec(), max_position_embeddings=cfg.max_position_embeddings,
-            model_family=self.family, attention_backend=self.attention_backend,
-            model_id=self.model_id, config_hash=self.config_hash,
+            traits=self.traits, attention_backend=self.attention_backend,
         )
 
     # -- text -------------------------------------------------------------------------------------
@@ -232,7 +191,7 @@ class ModelAdapter(abc.ABC):
 
     @property
     def position_axes(self) -> int:
-        return 3 if self.family == "qwen2_5_vl" else 1
+        return 3 if self.traits.rope_layout == "mrope" else 1
 
     def text_tokens(self, count: int, unit: int = TEXT_UNIT) -> NewTokens:
         return NewTokens(text_positions(count, self.position_axes, device=self.device),
@@ -277,7 +236,7 @@ class ModelAdapter(abc.ABC):
         """Run the decoder layers over ``embeds`` [1, Q, hidden], attending through ``policy``.
 
         Returns the final-norm hidden states [1, Q, hidden]. ``layer_hook(layer_index)`` is called
-        before each layer (fault-injection tests use it).
+        before each layer (the session's failpoints, engine/failpoints.py).
         """
         return self.decoder(embeds, lambda i, q, k, v: policy.attend(i, q, k, v, new, key_filter), layer_hook)
 

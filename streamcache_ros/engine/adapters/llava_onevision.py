@@ -3,7 +3,7 @@
 Frames are resized to the vision tower's square input, rescaled and normalised as the
 LLaVA-OneVision video processor does (that processor needs torchvision, which is not usable next to
 the CPU torch build), then the model's own ``get_video_features`` runs the SigLIP tower, the
-projector and the 2x2 bilinear pooling. hermes_spec §4.1 / D9: no image_newline token is cached.
+projector and the 2x2 bilinear pooling. docs/hermes.md §4.1 / D9: no image_newline token is cached.
 """
 from __future__ import annotations
 
@@ -13,8 +13,14 @@ import numpy as np
 import torch
 from PIL import Image
 
+from ..cache import FamilyTraits
 from ..layout import sequential_positions
 from .base import ModelAdapter, VisionEncoder, VisionInputs
+
+# 1D RoPE; HERMES's mid-layer schedule of the LLaVA reference, omega = 1 - 0.9p and k = 20 - 19.5p,
+# and its rounding of the guidance attention after the float32 softmax (docs/hermes.md §6, §7)
+TRAITS = FamilyTraits(rope_layout="1d", presets={"hermes": {"mid_omega": (1.0, 0.9), "mid_k": (20.0, 19.5),
+                                                            "score_rounding": "softmax"}})
 
 
 def video_features(model, tensors: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -46,7 +52,9 @@ class LlavaTorchVisionEncoder(VisionEncoder):
 
 class LlavaOnevisionAdapter(ModelAdapter):
     family = "llava_onevision"
-    # hermes_spec §1: the LLaVA system prompt (note the space before "\n", as the reference has it)
+    traits = TRAITS
+    setting_aliases = {"hermes.llava_mid_omega": "hermes.mid_omega", "hermes.llava_mid_k": "hermes.mid_k"}
+    # docs/hermes.md §1: the LLaVA system prompt (note the space before "\n", as the reference has it)
     system_prompt = "<|im_start|>system \nYou are a helpful assistant.<|im_end|><|im_start|>user "
     frames_per_unit = 1
 

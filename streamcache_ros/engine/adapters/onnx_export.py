@@ -12,7 +12,7 @@ What each exported file fixes and what stays dynamic (also written into its side
 - LLaVA-OneVision: SigLIP tower up to ``vision_feature_layer`` with the select strategy, projector and
   the 2x2 bilinear pooling, through the model's own ``get_video_features``. The graph takes
   ``pixel_values_videos`` [1, frames, 3, S, S] with frames dynamic; S is the tower's image size
-  (the adapter always resizes to it). The image_newline token is dropped (hermes_spec D9), as
+  (the adapter always resizes to it). The image_newline token is dropped (docs/hermes.md, D9), as
   LlavaTorchVisionEncoder does.
 """
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Qwen2.5-VL: 3D M-RoPE, a temporal patch of 2 frames is one stream unit.
 
 Video inputs are assembled here from the image processor's output, because transformers' video
-processors need torchvision (notes/models_offline.md): each frame is normalised and patchified by
+processors need torchvision, which cannot load next to the CPU torch build: each frame is normalised and patchified by
 the image processor (which repeats a still image over the temporal patch), and the two frames of a
 unit are interleaved on the temporal axis of every patch, as the video processor lays them out.
 """
@@ -11,8 +11,14 @@ import numpy as np
 import torch
 from PIL import Image
 
+from ..cache import FamilyTraits
 from ..layout import mrope_chunk_positions, padded_members, unit_members
 from .base import ModelAdapter, VisionEncoder, VisionInputs
+
+# M-RoPE (t, h, w); HERMES's mid-layer schedule of the Qwen reference, omega = 0.75 - 0.6p and
+# k = 20 - 12p, and its fp16 rounding of the guidance logits (docs/hermes.md §6, §7)
+TRAITS = FamilyTraits(rope_layout="mrope", presets={"hermes": {"mid_omega": (0.75, 0.6), "mid_k": (20.0, 12.0),
+                                                               "score_rounding": "logits"}})
 
 
 def video_features(visual, tensors: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -32,7 +38,9 @@ class QwenTorchVisionEncoder(VisionEncoder):
 
 class Qwen25VLAdapter(ModelAdapter):
     family = "qwen2_5_vl"
-    # hermes_spec §1: the Qwen system prompt (the prefix, kept forever)
+    traits = TRAITS
+    setting_aliases = {"hermes.qwen_mid_omega": "hermes.mid_omega", "hermes.qwen_mid_k": "hermes.mid_k"}
+    # docs/hermes.md §1: the Qwen system prompt (the prefix, kept forever)
     system_prompt = "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\n"
 
     def __init__(self, model, tokenizer, image_processor, model_id, attention="auto", sample_fps=1.0,
@@ -42,7 +50,7 @@ class Qwen25VLAdapter(ModelAdapter):
         self.patch_size = int(vision.patch_size)
         self.merge_size = int(vision.spatial_merge_size)
         self.frames_per_unit = int(vision.temporal_patch_size)
-        # hermes_spec §4.2 / transformers get_rope_index: t advances (temporal_patch / fps) ·
+        # docs/hermes.md §4.2 / transformers get_rope_index: t advances (temporal_patch / fps) ·
         # tokens_per_second per temporal patch
         self.t_stride = self.frames_per_unit / float(sample_fps) * float(vision.tokens_per_second)
 

@@ -2,7 +2,7 @@
 
 Queries are the last Q tokens of a key sequence of length T >= Q, so causality is aligned
 bottom-right: query i sees keys 0 .. T-Q+i. PyTorch SDPA's ``is_causal`` aligns top-left, which is
-wrong for cached prefill and decode, so an explicit mask is built (h2svc_spec §4).
+wrong for cached prefill and decode, so an explicit mask is built (docs/h2svc.md §4).
 """
 from __future__ import annotations
 
@@ -82,7 +82,7 @@ def cached_attention(
 
 def varlen_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, key_mask: torch.Tensor | None,
                      kernel=None) -> torch.Tensor:
-    """Attention where every KV head is a sequence of its own length (h2svc_spec §4, option B).
+    """Attention where every KV head is a sequence of its own length (docs/h2svc.md §4, option B).
 
     q [1, Hq, Q, D]; k, v [1, Hkv, T, D]; ``key_mask`` [Hkv, T] (None: every key) says which keys
     belong to each head's sequence; the queries' own tokens must be the last Q of each. Each head's

@@ -1,122 +1,135 @@
-"""H2SVC: a head-banked KV cache (h2svc_spec.md).
+"""H2SVC: a head-banked KV cache (docs/h2svc.md).
 
-Every KV head of the model is given a bank by an offline profile of its attention (SAP, sap.py):
+Every KV head of the model is put in a bank by an offline profile of its attention (SAP, sap.py):
 instantaneous heads keep the last W_s frames, short-term heads the last W_w, episodic heads up to
-N_e frames chosen by STCE (stce.py). Each head really holds only its frames (banks.py), each query
-head attends only to its KV head's bank, and the model is otherwise unchanged. A "frame" is a stream
-unit: one frame, or a temporal patch of 2 frames on Qwen2.5-VL; W_s, W_w and N_e count units.
+N_e frames chosen by STCE (stce.py). The heads of one layer that share a bank are stored together
+(a ``HeadGroup``: a per-row ``KVStore``, each row really holding only its frames), each query head
+attends only to its KV head's row, and the model is otherwise unchanged. A "frame" is a stream unit:
+one frame, or a temporal patch of 2 frames on Qwen2.5-VL; W_s, W_w and N_e count units.
 
 Arrival (§3.2), one unit at a time by default (``unit_by_unit``): while unit f is prefilled, FIFO
 heads do not see units <= f - W; after it, the episodic heads link f and each evicts one frame when
 it holds N_e + 1. So that a chunk that fails half-way leaves the cache as it was, evicted tokens are
-only hidden until the chunk ends, and then removed (after_chunk).
+only hidden until the chunk ends, and then removed (compress).
+
+The head map is given: the factory finds and loads it (and says which parameter to set when there
+is none); the policy checks only that it has this model's shape.
 """
 from __future__ import annotations
 
-import pathlib
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from ..errors import ConfigError
-from ..models import BUNDLED_DIR
 from .attention import cached_attention, varlen_attention
-from .banks import PAD_UNIT, HeadBank
-from .base import CacheGeometry, CachePolicy, CacheStats, ChunkContext, NewTokens
+from .base import CacheGeometry, CachePolicy, CacheStats, ChunkContext, ChunkOutcome, NewTokens
+from .positions import ReindexSettings, renumber
 from .rope import apply_rotary
-from .sap import BANK_NAMES, EPISODIC, DEFAULT_RATIOS, HeadMap, check_ratios
+from .sap import BANK_NAMES, DEFAULT_RATIOS, EPISODIC, HeadMap, check_ratios
+from .settings import SettingError, setting
 from .stce import TrajectoryBank
-
-HEAD_MAP_FILE = "h2svc_head_map.json"
-HEAD_MAP_PARAMETER = "h2svc.head_map_path"
-NO_UNIT = -(2 ** 62)  # fills a ragged tensor of unit ids; matches no token
+from .store import KVStore
+from .units import NO_UNIT, PAD_UNIT
 
 
-def find_head_map(path: str, geometry: CacheGeometry) -> tuple[HeadMap, str]:
-    """The head map for this model: ``path``, or the one bundled with a tiny model. Raises
-    ConfigError naming the parameter and the profiling command when there is none or it does not fit."""
-    model = geometry.model_id or "this model"
-    if not path:
-        bundled = BUNDLED_DIR / geometry.model_id / HEAD_MAP_FILE if geometry.model_id else None
-        if bundled is None or not bundled.is_file():
-            raise ConfigError(HEAD_MAP_PARAMETER, f"policy h2svc needs a head map for model '{model}' and none "
-                                                  f"is bundled: run `streamcache-profile --model {model} --output "
-                                                  f"head_map.json` once and set {HEAD_MAP_PARAMETER} to that file")
-        path = str(bundled)
-    path = str(pathlib.Path(path).expanduser())
-    try:
-        head_map = HeadMap.load(path)
-    except ValueError as err:
-        raise ConfigError(HEAD_MAP_PARAMETER, f"{err}; make one with `streamcache-profile --model {model}`") from None
+@dataclass(frozen=True)
+class H2svcSettings(ReindexSettings):
+    w_s: int = setting(4, "Instantaneous heads: FIFO window, in stream units (a frame; 2 frames on Qwen2.5-VL)",
+                       low=1)
+    w_w: int = setting(16, "Short-term heads: FIFO window, in stream units", low=1)
+    n_e: int = setting(64, "Episodic heads: at most this many stream units, evicted by trajectory curvature (STCE)",
+                       low=2)
+    ratios: list = setting(list(DEFAULT_RATIOS), "Share of KV heads per bank, by the head map's scores: "
+                                                 "instantaneous, short-term, episodic (three numbers summing to 1)")
+    head_map_path: str = setting("", "The head map from `streamcache-profile`; '' = h2svc_head_map.json in the "
+                                     "model's folder")
+    granularity: str = setting("head", "head | layer (ablation: a layer's heads share one bank)",
+                               choices=("head", "layer"))
+    frame_vector: str = setting("mean", "STCE's per-frame vector: mean (of the frame's Values) | flatten",
+                                choices=("mean", "flatten"))
+    unit_by_unit: bool = setting(True, "Prefill one stream unit per forward (frame-by-frame arrival); false = a "
+                                       "chunk per forward")
+
+    def validate(self) -> None:
+        if self.w_s < 1 or self.w_w < 1:
+            raise SettingError("w_s", f"and w_w must be >= 1 unit, got {self.w_s} and {self.w_w}")
+        if self.n_e < 2:
+            raise SettingError("n_e", f"must be >= 2 units (the two endpoints are never evicted), got {self.n_e}")
+        try:
+            check_ratios(self.ratios)
+        except ValueError as err:
+            raise SettingError("ratios", str(err).split(" ", 1)[1]) from None
+
+
+@dataclass
+class HeadGroup:
+    """The KV heads of one layer in one bank (instantaneous, short-term or episodic): their store,
+    one row per head, and the query heads that read them."""
+
+    bank: int
+    store: KVStore
+    query_heads: torch.Tensor
+
+
+def check_head_map(head_map: HeadMap, geometry: CacheGeometry) -> None:
+    """A head map must have the model's shape (which model it was profiled on, the factory checks)."""
     shape, ours = (head_map.num_layers, head_map.num_kv_heads), (geometry.num_layers, geometry.num_kv_heads)
-    same_model = head_map.model_id == geometry.model_id or head_map.config_hash == geometry.config_hash
-    if shape != ours or not same_model:
-        raise ConfigError(HEAD_MAP_PARAMETER, f"head map '{path}' was profiled on model '{head_map.model_id}' "
-                                              f"({shape[0]} layers x {shape[1]} KV heads); this node runs "
-                                              f"'{model}' ({ours[0]} x {ours[1]}): run `streamcache-profile "
-                                              f"--model {model}` for it")
-    return head_map, path
+    if shape != ours:
+        raise ValueError(f"the head map was profiled on {shape[0]} layers x {shape[1]} KV heads; this model has "
+                         f"{ours[0]} x {ours[1]}")
 
 
 class H2svcPolicy(CachePolicy):
     name = "h2svc"
+    settings_class = H2svcSettings
+    inputs = ("head_map",)
 
-    def __init__(self, w_s: int = 4, w_w: int = 16, n_e: int = 64, ratios: list = list(DEFAULT_RATIOS),  # noqa: B006
-                 head_map_path: str = "", granularity: str = "head", frame_vector: str = "mean",
-                 unit_by_unit: bool = True, reindex: str = "lazy", reindex_margin: int = 1024,
-                 budget_tokens: int = 0):
-        # budget_tokens is accepted and unused: H2SVC's budget is its windows and N_e
-        super().__init__(0, reindex, reindex_margin)
-        if int(w_s) < 1 or int(w_w) < 1:
-            raise ValueError(f"w_s and w_w must be >= 1 unit, got {w_s} and {w_w}")
-        if int(n_e) < 2:
-            raise ValueError(f"n_e must be >= 2 units (the two endpoints are never evicted), got {n_e}")
-        if granularity not in ("head", "layer"):
-            raise ValueError(f"granularity must be 'head' or 'layer', got '{granularity}'")
-        if frame_vector not in ("mean", "flatten"):
-            raise ValueError(f"frame_vector must be 'mean' or 'flatten', got '{frame_vector}'")
-        self.windows = (int(w_s), int(w_w))  # FIFO length of banks 0 and 1, in units
-        self.n_e = int(n_e)
-        self.ratios = check_ratios(ratios)
-        self.head_map_path = str(head_map_path)
-        self.granularity = granularity
-        self.frame_vector = frame_vector
-        self.prefill_unit_by_unit = bool(unit_by_unit)
-        self.head_map: HeadMap | None = None
+    def __init__(self, settings: H2svcSettings | None = None, head_map: HeadMap | None = None, **params):
+        super().__init__(settings, **params)
+        s = self.settings
+        self.windows = (s.w_s, s.w_w)  # FIFO length of banks 0 and 1, in units
+        self.n_e = s.n_e
+        self.prefill_unit_by_unit = s.unit_by_unit
+        self.head_map = head_map
         self.bank_id: torch.Tensor | None = None  # [L, Hkv]
 
     def config_dict(self) -> dict[str, Any]:
-        return {**super().config_dict(), "w_s": self.windows[0], "w_w": self.windows[1], "n_e": self.n_e,
-                "ratios": list(self.ratios), "granularity": self.granularity, "frame_vector": self.frame_vector,
-                "unit_by_unit": self.prefill_unit_by_unit,
-                "head_map": self.head_map.digest() if self.head_map else ""}
+        config = {k: v for k, v in super().config_dict().items() if k != "head_map_path"}
+        return {**config, "head_map": self.head_map.digest() if self.head_map else ""}
 
     # -- life cycle -----------------------------------------------------------------------------
     def setup(self, geometry: CacheGeometry) -> None:
-        self.head_map, self.head_map_path = find_head_map(self.head_map_path, geometry)
-        self.bank_id = self.head_map.bank_ids(self.ratios, self.granularity)
+        if self.head_map is None:
+            raise ValueError("h2svc needs a head map (make_policy('h2svc', head_map=HeadMap.load(path)); the "
+                             "factory finds the model's own)")
+        check_head_map(self.head_map, geometry)
+        self.bank_id = self.head_map.bank_ids(self.settings.ratios, self.settings.granularity)
         super().setup(geometry)
 
     def reset(self) -> None:
         g = self.geometry
-        self.banks: list[list[HeadBank]] = []
-        self.trajectory_rows: dict[tuple[int, int], torch.Tensor] = {}  # (layer, kind) -> rows
+        self.rule = self.settings.reindex_rule(g.max_position_embeddings)
+        self.groups: list[list[HeadGroup]] = []
+        self.trajectory_rows: dict[tuple[int, int], torch.Tensor] = {}  # (layer, bank) -> trajectory rows
         episodic = 0
         for layer in range(g.num_layers):
-            banks = []
-            for kind in range(3):
-                heads = [h for h in range(g.num_kv_heads) if int(self.bank_id[layer, h]) == kind]
+            groups = []
+            for bank in range(3):
+                heads = [h for h in range(g.num_kv_heads) if int(self.bank_id[layer, h]) == bank]
                 if heads:
-                    banks.append(HeadBank(kind, heads, g))
-                    if kind == EPISODIC:
-                        self.trajectory_rows[(layer, kind)] = torch.arange(episodic, episodic + len(heads))
+                    query_heads = torch.tensor([h * g.group_size + i for h in heads for i in range(g.group_size)],
+                                               dtype=torch.long, device=g.device)
+                    groups.append(HeadGroup(bank, KVStore.empty(g, heads, shared=False), query_heads))
+                    if bank == EPISODIC:
+                        self.trajectory_rows[(layer, bank)] = torch.arange(episodic, episodic + len(heads))
                         episodic += len(heads)
-            self.banks.append(banks)
+            self.groups.append(groups)
         self.trajectory = TrajectoryBank(episodic, self.n_e, g.device)
         self.pending: list[list[int]] = [[] for _ in range(episodic)]  # evicted, not yet removed
         self.newest_unit = -1
         self.dropped_units = 0  # FIFO drops, summed over heads
-        self.evicted_age_sum = 0
+        self.evicted_age_sum = 0  # over every episodic head's evictions
         self.reindex_events = 0
         self.reindexed_heads = 0
 
@@ -126,49 +139,50 @@ class H2svcPolicy(CachePolicy):
 
     def attend(self, layer, q, k, v, new, key_filter=None):
         cos, sin = self._store(layer, k, v, new)
-        group = self.geometry.group_size
-        q = apply_rotary(q, cos.repeat_interleave(group, 0)[None], sin.repeat_interleave(group, 0)[None])
+        group_size = self.geometry.group_size
+        q = apply_rotary(q, cos.repeat_interleave(group_size, 0)[None], sin.repeat_interleave(group_size, 0)[None])
         video = new.units[new.units >= 0]
         first_unit = int(video.min()) if video.numel() else None
         out = torch.empty_like(q)
-        for bank in self.banks[layer]:
-            visible = self._visible(layer, bank, first_unit, key_filter)
-            out[:, bank.query_heads] = self._bank_attention(q[:, bank.query_heads], bank, visible)
+        for group in self.groups[layer]:
+            visible = self._visible(layer, group, first_unit, key_filter)
+            out[:, group.query_heads] = self._group_attention(q[:, group.query_heads], group.store, visible)
         return out
 
     def _store(self, layer: int, k: torch.Tensor, v: torch.Tensor,
                new: NewTokens) -> tuple[torch.Tensor, torch.Tensor]:
-        """Append the new tokens to every bank of the layer, each KV head at its own next offset,
+        """Append the new tokens to every group of the layer, each KV head at its own next offset,
         keys rotated; returns the cos/sin [Hkv, Q, D] they were rotated with (for the queries)."""
         g = self.geometry
-        banks = self.banks[layer]
+        groups = self.groups[layer]
         offsets = torch.empty(g.num_kv_heads, dtype=torch.float32, device=k.device)
-        for bank in banks:
-            offsets[bank.heads] = bank.next_offsets().to(k.device)
-        # h2svc_spec §5: positions are per KV head (they differ once heads re-index on their own)
+        for group in groups:
+            offsets[group.store.heads] = group.store.next_offsets().to(k.device)
+        # docs/h2svc.md §5: positions are per KV head (they differ once heads re-index on their own)
         positions = new.rel_positions.to(k.device)[None] + offsets[:, None, None]  # [Hkv, axes, Q]
         hkv, axes, q_len = positions.shape
         cos, sin = g.rotary.cos_sin(positions.transpose(0, 1).reshape(axes, hkv * q_len), k.dtype)
         cos, sin = cos.view(hkv, q_len, -1), sin.view(hkv, q_len, -1)
         k = apply_rotary(k, cos[None], sin[None])
-        for bank in banks:
-            bank.append(k[:, bank.heads], v[:, bank.heads], positions[bank.heads], new.units)
+        for group in groups:
+            heads = group.store.heads
+            group.store.append(k[:, heads], v[:, heads], positions[heads], new.units, new.chunks)
         return cos, sin
 
-    def _visible(self, layer: int, bank: HeadBank, first_unit: int | None, key_filter) -> torch.Tensor | None:
-        """[n, T] keys each head of the bank may see now, or None for all of them."""
-        units = bank.units
-        hidden = units == PAD_UNIT if bank.padded else None
+    def _visible(self, layer: int, group: HeadGroup, first_unit: int | None, key_filter) -> torch.Tensor | None:
+        """[n, T] keys each head of the group may see now, or None for all of them."""
+        units = group.store.units
+        hidden = units == PAD_UNIT if group.store.padded else None
 
         def hide(mask):
             nonlocal hidden
             hidden = mask if hidden is None else hidden | mask
 
-        if bank.kind != EPISODIC and first_unit is not None:
+        if group.bank != EPISODIC and first_unit is not None:
             # §3.2: FIFO drops come before the unit is encoded: units <= f - W are out of the window
-            hide((units >= 0) & (units <= first_unit - self.windows[bank.kind]))
-        if bank.kind == EPISODIC:
-            pending = self._pending_units(layer, bank)
+            hide((units >= 0) & (units <= first_unit - self.windows[group.bank]))
+        if group.bank == EPISODIC:
+            pending = self._pending_units(layer, group)
             if pending is not None:
                 hide((units[:, :, None] == pending[:, None, :]).any(dim=-1))
         if key_filter is not None:
@@ -177,9 +191,9 @@ class H2svcPolicy(CachePolicy):
             return None
         return ~hidden
 
-    def _pending_units(self, layer: int, bank: HeadBank) -> torch.Tensor | None:
+    def _pending_units(self, layer: int, group: HeadGroup) -> torch.Tensor | None:
         """[n, k] units evicted from each episodic head during this chunk (still stored), or None."""
-        rows = self.trajectory_rows[(layer, bank.kind)].tolist()
+        rows = self.trajectory_rows[(layer, group.bank)].tolist()
         lists = [self.pending[r] for r in rows]
         width = max(len(p) for p in lists)
         if width == 0:
@@ -187,17 +201,17 @@ class H2svcPolicy(CachePolicy):
         table = torch.full((len(rows), width), NO_UNIT, dtype=torch.long)
         for i, p in enumerate(lists):
             table[i, :len(p)] = torch.tensor(p, dtype=torch.long)
-        return table.to(bank.units.device)
+        return table.to(group.store.units.device)
 
-    def _bank_attention(self, q: torch.Tensor, bank: HeadBank, visible: torch.Tensor | None) -> torch.Tensor:
-        """§4: the query heads of a bank's KV heads against that bank only (option A: SDPA with an
-        explicit bottom-right mask; on CUDA with flash-attn, flash per bank or varlen (option B)
-        when heads see different keys)."""
+    def _group_attention(self, q: torch.Tensor, store: KVStore, visible: torch.Tensor | None) -> torch.Tensor:
+        """§4: the query heads of a group's KV heads against those heads' rows only (option A: SDPA
+        with an explicit bottom-right mask; on CUDA with flash-attn, flash per group or varlen
+        (option B) when heads see different keys)."""
         flash = (self.geometry.attention_backend == "flash" and q.is_cuda
                  and q.dtype in (torch.float16, torch.bfloat16))
         if flash and visible is not None:
-            return varlen_attention(q, bank.keys, bank.values, visible)
-        return cached_attention(q, bank.keys, bank.values, visible, "flash" if flash else "sdpa")
+            return varlen_attention(q, store.keys, store.values, visible)
+        return cached_attention(q, store.keys, store.values, visible, "flash" if flash else "sdpa")
 
     # -- arrivals -------------------------------------------------------------------------------
     def after_prefill(self, new: NewTokens) -> None:
@@ -216,81 +230,84 @@ class H2svcPolicy(CachePolicy):
     def _frame_vectors(self, unit: int) -> torch.Tensor:
         """[episodic heads, D] (or n_f·D for 'flatten'): §3.3 V̄ of the unit's Value vectors, fp32."""
         parts = []
-        for layer, banks in enumerate(self.banks):
-            for bank in banks:
-                if bank.kind != EPISODIC:
+        for groups in self.groups:
+            for group in groups:
+                if group.bank != EPISODIC:
                     continue
-                values = bank.values[0, :, bank.unit_columns(unit)].float()  # [n, n_f, D]
-                parts.append(values.mean(dim=1) if self.frame_vector == "mean" else values.reshape(bank.rows, -1))
+                store = group.store
+                values = store.values[0, :, store.unit_columns(unit)].float()  # [n, n_f, D]
+                mean = self.settings.frame_vector == "mean"
+                parts.append(values.mean(dim=1) if mean else values.reshape(store.rows, -1))
         return torch.cat(parts)
 
-    def after_chunk(self, context: ChunkContext) -> dict[str, Any]:
+    def compress(self, context: ChunkContext) -> ChunkOutcome:
         evictions = sum(len(p) for p in self.pending)
         freed = self._remove_evicted()
-        report = {"stce_evictions": evictions, "freed_tokens": freed}
-        g = self.geometry
-        if self.reindex_mode == "eager":
-            report["reindexed_heads"] = self._reindex(lambda offsets: torch.ones_like(offsets, dtype=torch.bool))
+        if self.settings.reindex == "eager":
+            heads = self._reindex(lambda offsets: torch.ones_like(offsets, dtype=torch.bool))
         else:
             # §5 lazy: a head re-indexes when its positions pass max_position_embeddings - margin
-            limit = g.max_position_embeddings - self.reindex_margin
-            report["reindexed_heads"] = self._reindex(lambda offsets: offsets - 1.0 > limit)
-        return report
+            heads = self._reindex(lambda offsets: offsets - 1.0 > self.rule.threshold)
+        return ChunkOutcome(evicted_tokens=freed, reindexed=heads > 0,
+                            details={"stce_evictions": evictions, "freed_tokens": freed, "reindexed_heads": heads})
 
     def _remove_evicted(self) -> int:
         """Drop what FIFO windows and STCE evictions hid during the chunk; returns tokens freed."""
         freed = 0
-        for layer, banks in enumerate(self.banks):
-            for bank in banks:
-                units = bank.units
-                if bank.kind == EPISODIC:
-                    pending = self._pending_units(layer, bank)
+        for layer, groups in enumerate(self.groups):
+            for group in groups:
+                store, units = group.store, group.store.units
+                if group.bank == EPISODIC:
+                    pending = self._pending_units(layer, group)
                     gone = (units[:, :, None] == pending[:, None, :]).any(dim=-1) if pending is not None else None
                 else:
-                    gone = (units >= 0) & (units <= self.newest_unit - self.windows[bank.kind])
-                    self.dropped_units += int(torch.unique(units[gone]).numel()) * bank.rows
+                    gone = (units >= 0) & (units <= self.newest_unit - self.windows[group.bank])
+                    self.dropped_units += int(torch.unique(units[gone]).numel()) * store.rows
                 if gone is None or not bool(gone.any()):
                     continue
-                keep = ~gone & (units != PAD_UNIT)
-                before = int(bank.tokens_per_head().sum())
-                bank.compact(keep)
-                freed += before - int(bank.tokens_per_head().sum())
+                before = int(store.tokens_per_row().sum())
+                store.compact(~gone & (units != PAD_UNIT))
+                freed += before - int(store.tokens_per_row().sum())
         self.pending = [[] for _ in self.pending]
         return freed
 
     # -- positions ------------------------------------------------------------------------------
     def _reindex(self, select) -> int:
-        """Re-index the heads for which ``select(next_offsets [n]) -> bool [n]`` holds."""
+        """Re-index the heads for which ``select(next_offsets [n]) -> bool [n]`` holds; returns how many."""
         count = 0
-        for banks in self.banks:
-            for bank in banks:
-                rows = torch.nonzero(select(bank.next_offsets())).flatten()
+        for groups in self.groups:
+            for group in groups:
+                rows = torch.nonzero(select(group.store.next_offsets())).flatten()
                 if rows.numel():
-                    bank.reindex_rows(rows, self.geometry.rotary)
+                    group.store.reindex(self.geometry.rotary, self.renumber, rows)
                     count += rows.numel()
         if count:
             self.reindex_events += 1
             self.reindexed_heads += count
         return count
 
+    def renumber(self, old: torch.Tensor, units: torch.Tensor, chunks: torch.Tensor) -> torch.Tensor:
+        """§5: a head's kept tokens renumbered contiguously in stream order (1D: 0..n-1; M-RoPE: each
+        frame moved by one delta, frames laid back to back by the chunk-start rule). Prefix unchanged."""
+        return renumber(old, units, units, self.geometry.traits.rope_layout)[0]
+
     def max_position(self) -> float:
-        return max((float(b.next_offsets().max()) - 1.0 for banks in self.banks for b in banks if b.rows),
-                   default=-1.0)
+        return max((float(g.store.next_offsets().max()) - 1.0 for groups in self.groups for g in groups
+                    if g.store.rows), default=-1.0)
 
     def ensure_room(self, n_tokens: int) -> None:
-        limit = self.geometry.max_position_embeddings
-        self._reindex(lambda offsets: offsets - 1.0 + n_tokens >= limit)
+        self._reindex(lambda offsets: self.rule.overflows(offsets - 1.0, n_tokens))
 
     # -- temporary tokens -------------------------------------------------------------------------
     def mark(self) -> dict[str, Any]:
-        return {"lengths": [[len(b) for b in banks] for banks in self.banks],
+        return {"lengths": [[len(g.store) for g in groups] for groups in self.groups],
                 "trajectory": self.trajectory.snapshot(), "pending": [list(p) for p in self.pending],
                 "newest_unit": self.newest_unit, "evicted_age_sum": self.evicted_age_sum}
 
     def truncate(self, mark: dict[str, Any]) -> None:
-        for banks, lengths in zip(self.banks, mark["lengths"]):
-            for bank, length in zip(banks, lengths):
-                bank.truncate(length)
+        for groups, lengths in zip(self.groups, mark["lengths"]):
+            for group, length in zip(groups, lengths):
+                group.store.truncate(length)
         if self.trajectory.arrivals != mark["trajectory"]["arrivals"]:
             self.trajectory.restore(mark["trajectory"])
         self.pending = [list(p) for p in mark["pending"]]
@@ -301,21 +318,22 @@ class H2svcPolicy(CachePolicy):
     def stats(self) -> CacheStats:
         g = self.geometry
         layer_totals, bank_tokens, held = [], [0, 0, 0], []
-        for banks in self.banks:
+        for groups in self.groups:
             total = 0
-            for bank in banks:
-                tokens = int(bank.tokens_per_head().sum())
+            for group in groups:
+                tokens = int(group.store.tokens_per_row().sum())
                 total += tokens
-                bank_tokens[bank.kind] += tokens
-                held.append(bank.units.flatten())
+                bank_tokens[group.bank] += tokens
+                held.append(group.store.units.flatten())
             layer_totals.append(total)
         units = torch.unique(torch.cat(held)) if held else torch.empty(0, dtype=torch.long)
-        evictions = self.trajectory.evictions
+        evictions = self.trajectory.evictions  # arrivals that evicted: every episodic head evicts one frame
+        head_evictions = evictions * self.trajectory.heads
         return CacheStats(
             policy=self.name,
             layer_tokens=[round(t / g.num_kv_heads) for t in layer_totals],  # mean over a layer's KV heads
             kv_tokens=round(sum(layer_totals) / g.num_kv_heads),
-            kv_bytes=sum(b.nbytes for banks in self.banks for b in banks),
+            kv_bytes=sum(group.store.nbytes for groups in self.groups for group in groups),
             budget_tokens=0,
             units=[int(u) for u in units.tolist() if u >= 0],
             max_position=self.max_position(),
@@ -326,14 +344,16 @@ class H2svcPolicy(CachePolicy):
                    "stce_evictions": evictions,
                    "score_evaluations_last_arrival": int(self.trajectory.last_evaluations.max())
                    if self.trajectory.heads else 0,
-                   "evicted_age_mean": self.evicted_age_sum / evictions if evictions else 0.0,
+                   # the mean age (in units) of an evicted frame, over every episodic head's evictions
+                   "evicted_age_mean": self.evicted_age_sum / head_evictions if head_evictions else 0.0,
                    "fifo_dropped_units": self.dropped_units,
                    "reindexed_heads": self.reindexed_heads,
-                   "head_map": self.head_map_path},
+                   "head_map": self.settings.head_map_path},
         )
 
     def state_dict(self) -> dict[str, Any]:
-        return {"bank_id": self.bank_id.tolist(), "banks": [[b.state() for b in banks] for banks in self.banks],
+        return {"bank_id": self.bank_id.tolist(),
+                "groups": [[{"bank": g.bank, **g.store.state()} for g in groups] for groups in self.groups],
                 "trajectory": self.trajectory.state(), "pending": [list(p) for p in self.pending],
                 "newest_unit": self.newest_unit, "dropped_units": self.dropped_units,
                 "evicted_age_sum": self.evicted_age_sum, "reindex_events": self.reindex_events,
@@ -343,9 +363,11 @@ class H2svcPolicy(CachePolicy):
         if state["bank_id"] != self.bank_id.tolist():
             raise ValueError("the snapshot's heads are split into other banks")
         self.reset()
-        for banks, saved in zip(self.banks, state["banks"], strict=True):
-            for bank, bank_state in zip(banks, saved, strict=True):
-                bank.load(bank_state, self.geometry)
+        for groups, saved in zip(self.groups, state["groups"], strict=True):
+            for group, group_state in zip(groups, saved, strict=True):
+                if group_state["bank"] != group.bank:
+                    raise ValueError(f"snapshot group of bank {group_state['bank']} where this cache has {group.bank}")
+                group.store.load(group_state, self.geometry)
         self.trajectory.load(state["trajectory"])
         self.pending = [list(p) for p in state["pending"]]
         self.newest_unit = int(state["newest_unit"])

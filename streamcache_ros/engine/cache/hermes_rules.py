@@ -1,7 +1,7 @@
-"""HERMES's rules as functions on plain tensors, about one per section of hermes_spec (§5–§10).
+"""HERMES's rules as functions on plain tensors, about one per section of docs/hermes.md (§5–§10).
 
 The policy (hermes.py) applies them to its per-layer stores. Each one follows the reference code as
-the spec describes it, down to the order of operations where that decides ties or rounding, and is
+docs/hermes.md describes it, down to the order of operations where that decides ties or rounding, and is
 unit-tested on hand-made tensors (test/test_hermes_rules.py).
 """
 from __future__ import annotations
@@ -17,7 +17,7 @@ from .rope import RotarySpec, rotate_by_delta
 
 SHALLOW, MID, DEEP = "shallow", "mid", "deep"
 
-# hermes_spec §5: the reference's guidance texts
+# docs/hermes.md §5: the reference's guidance texts
 LOCAL_PROMPT = ("Describe the current scene in detail, focusing on specific objects, fine-grained actions, "
                 "and spatial relationships.")
 GLOBAL_PROMPT = ("Summarize the video narrative, identifying main characters, key events, timeline changes, "
@@ -179,15 +179,3 @@ def summary_token(keys: torch.Tensor, values: torch.Tensor, positions: torch.Ten
     value = values.index_select(2, pruned).float().mean(dim=2, keepdim=True).to(values.dtype)
     return key, value
 
-
-def dense_rank_positions(old: torch.Tensor, prefix_len: int) -> torch.Tensor:
-    """The reference's 3D re-index (D5, ``qwen_reindex=dense_rank``): on each axis independently,
-    the tokens after the prefix get P + the dense rank of their value; the prefix keeps its positions."""
-    new = old.clone()
-    for axis in range(old.shape[0]):
-        values = old[axis, prefix_len:]
-        if values.numel() == 0:
-            continue
-        _, rank = torch.unique(values, sorted=True, return_inverse=True)
-        new[axis, prefix_len:] = (rank + prefix_len).to(old.dtype)
-    return new

@@ -1,8 +1,8 @@
-"""Rotary position embedding (1D RoPE and Qwen2.5-VL's 3D M-RoPE) and re-indexing helpers.
+"""Rotary position embedding (1D RoPE and Qwen2.5-VL's 3D M-RoPE) and turning cached keys by a delta.
 
-Keys are cached post-RoPE. When tokens leave the cache and positions are renumbered, the kept keys
-are rotated by the position *delta* instead of being recomputed (hermes_spec §10.3): RoPE is a
-rotation per channel pair, so R(new) = R(new - old) · R(old).
+Keys are cached post-RoPE. When tokens leave the cache and positions are renumbered (positions.py),
+the kept keys are rotated by the position *delta* instead of being recomputed (docs/hermes.md
+§10.3): RoPE is a rotation per channel pair, so R(new) = R(new - old) · R(old).
 """
 from __future__ import annotations
 
@@ -65,41 +65,19 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch
 
 
 def rotate_by_delta(keys: torch.Tensor, rotary: RotarySpec, delta: torch.Tensor) -> torch.Tensor:
-    """Move post-RoPE keys [..., T, D] by ``delta`` positions ([axes, T]), exactly, in float32.
+    """Move post-RoPE keys [..., T, D] by ``delta`` positions, exactly, in float32: ``delta`` is
+    [axes, T] (every head alike) or [rows, axes, T] (one row per head of keys [1, rows, T, D]).
 
-    hermes_spec §10.3: k' = k·cos Δ + rotate_half(k)·sin Δ with Δ = (new − old)·θ. The angle of the
-    delta is formed directly (not via the cos/sin product identities) to avoid extra rounding.
+    docs/hermes.md §10.3: k' = k·cos Δ + rotate_half(k)·sin Δ with Δ = (new − old)·θ. The angle of
+    the delta is formed directly (not via the cos/sin product identities) to avoid extra rounding.
+    A new tensor is returned; ``keys`` is never edited in place.
     """
     if delta.numel() == 0 or not torch.any(delta != 0):
         return keys
-    ang = rotary.angles(delta)
+    if delta.dim() == 3:  # per row: the angles of every row's deltas at once
+        rows, axes, length = delta.shape
+        ang = rotary.angles(delta.transpose(0, 1).reshape(axes, rows * length)).view(rows, length, -1)
+    else:
+        ang = rotary.angles(delta)
     rotated = apply_rotary(keys.to(torch.float32), ang.cos(), ang.sin())
     return rotated.to(keys.dtype)
-
-
-def compact_positions_1d(count: int, device=None) -> torch.Tensor:
-    """LLaVA-style re-index (hermes_spec §10.1): kept tokens, prefix included, become 0..n-1."""
-    return torch.arange(count, dtype=torch.float32, device=device)[None, :]
-
-
-def compact_positions_shift(old: torch.Tensor, groups: torch.Tensor, prefix_len: int) -> torch.Tensor:
-    """3D re-index that keeps each group's geometry (CLARIFICATIONS: ``qwen_reindex=shift``).
-
-    The prefix keeps 0..P-1. Every other group (a chunk, or a summary token) moves by one delta on
-    t, h and w, and groups are laid back to back by the chunk-start rule: a group starts at
-    max(all positions so far) + 1. ``old`` is [3, n] in cache order; ``groups`` is [n] group ids.
-    Groups are taken in order of first appearance.
-    """
-    new = old.clone()
-    if old.shape[1] <= prefix_len:
-        return new
-    cursor = float(old[:, :prefix_len].max().item()) + 1.0 if prefix_len > 0 else 0.0
-    # order of first appearance, not sorted ids: a summary token sorts before the chunks it follows
-    order = dict.fromkeys(groups[prefix_len:].tolist())
-    for gid in order:
-        cols = torch.nonzero(groups == gid).flatten()
-        cols = cols[cols >= prefix_len]
-        start = old[:, cols].min()
-        new[:, cols] = old[:, cols] - start + cursor
-        cursor = float(new[:, cols].max().item()) + 1.0
-    return new

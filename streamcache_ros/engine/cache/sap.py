@@ -1,4 +1,4 @@
-"""Spatio-temporal Attention Profiling (SAP) for H2SVC, and the head map it writes (h2svc_spec §2).
+"""Spatio-temporal Attention Profiling (SAP) for H2SVC, and the head map it writes (docs/h2svc.md §2).
 
 Offline, the unmodified model reads a few sample videos and a question. For every query head:
 
@@ -27,6 +27,7 @@ INSTANTANEOUS, SHORT_TERM, EPISODIC = 0, 1, 2
 BANK_NAMES = ("instantaneous", "short_term", "episodic")
 DEFAULT_RATIOS = (0.1, 0.4, 0.5)
 HEAD_MAP_FORMAT = "streamcache_ros.h2svc_head_map"
+HEAD_MAP_FILE = "h2svc_head_map.json"  # a model's folder may hold its head map under this name
 HEAD_MAP_VERSION = 1
 
 

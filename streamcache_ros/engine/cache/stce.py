@@ -1,4 +1,4 @@
-"""Semantic Trajectory Curvature Eviction (STCE) for H2SVC's episodic banks (h2svc_spec §3.3-3.4).
+"""Semantic Trajectory Curvature Eviction (STCE) for H2SVC's episodic banks (docs/h2svc.md §3.3-3.4).
 
 Each episodic KV head keeps its frames as a doubly linked list in time order, one frame vector V̄
 (the mean Value of the frame's tokens) per frame. An interior frame j with bank neighbours p, n
@@ -28,7 +28,7 @@ def stce_score(v_prev: torch.Tensor, v: torch.Tensor, v_next: torch.Tensor,
                t_prev: torch.Tensor, t_next: torch.Tensor) -> torch.Tensor:
     """I(j) for frame vectors [..., D] and frame indices [...] of the two neighbours; float32.
 
-    h2svc_spec §3.4: when either velocity is shorter than ε = 1e-8·(1 + |V̄_j|) the curvature is 0
+    docs/h2svc.md §3.4: when either velocity is shorter than ε = 1e-8·(1 + |V̄_j|) the curvature is 0
     (cos := 1), so static or duplicated frames score 0 without NaN.
     """
     v_prev, v, v_next = v_prev.float(), v.float(), v_next.float()
@@ -49,7 +49,7 @@ def stce_score(v_prev: torch.Tensor, v: torch.Tensor, v_next: torch.Tensor,
 class TrajectoryBank:
     """STCE bookkeeping for ``heads`` episodic heads with ``capacity`` frames each (N_e).
 
-    Per head, arrays of capacity + 1 slots (h2svc_spec §3.4): frame index ``t``, frame vector
+    Per head, arrays of capacity + 1 slots (docs/h2svc.md §3.4): frame index ``t``, frame vector
     ``vec``, ``prev``/``next`` slots, ``score``. A new frame takes the slot the last eviction freed.
     ``last_evaluations`` [heads] counts the scores computed by the latest arrival (TC7).
     """

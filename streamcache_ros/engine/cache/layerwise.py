@@ -1,0 +1,141 @@
+"""Layer-managed policies (full, fifo, uniform, hermes): every KV head of a layer holds the same
+tokens, one store per layer, positions per layer; ``evict`` decides what each layer keeps."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from .attention import cached_attention
+from .base import CachePolicy, CacheStats, ChunkContext, ChunkOutcome, NewTokens
+from .positions import MROPE_MODES, ReindexSettings, renumber
+from .rope import apply_rotary
+from .settings import GENERAL, setting
+from .store import KVStore
+from .units import PREFIX_UNIT, SUMMARY_UNIT
+
+
+@dataclass(frozen=True)
+class LayerwiseSettings(ReindexSettings):
+    mrope_reindex: str = setting("shift", "M-RoPE models (Qwen2.5-VL): how kept tokens are renumbered: shift (each "
+                                          "chunk moved by one delta, its t/h/w geometry kept) | dense_rank (the "
+                                          "reference: a dense rank per axis)",
+                                 choices=MROPE_MODES, aliases=("qwen_reindex",))
+
+
+def budget_setting(default: int = 6000):
+    """The general ``budget_tokens`` parameter, for a policy that keeps a token budget."""
+    return setting(default, "Video tokens kept per layer (the system prompt is kept on top); must hold at least "
+                            "one frame", low=1, scope=GENERAL)
+
+
+class LayerwisePolicy(CachePolicy):
+    """Per-layer storage with per-layer positions."""
+
+    settings_class = LayerwiseSettings
+
+    def reset(self) -> None:
+        self.layers: list[KVStore] = [KVStore.empty(self.geometry) for _ in range(self.geometry.num_layers)]
+        self.rule = self.settings.reindex_rule(self.geometry.max_position_embeddings)
+        self.reindex_events = 0
+        self.dense_fallbacks = 0  # shift re-indexes that did not fit under the threshold and were ranked densely
+
+    def append(self, layer, k, v, new):
+        self._store(layer, k, v, new)
+
+    def attend(self, layer, q, k, v, new, key_filter=None):
+        cos, sin = self._store(layer, k, v, new)
+        store = self.layers[layer]
+        key_mask = None if key_filter is None else store.visible(key_filter)
+        return cached_attention(apply_rotary(q, cos, sin), store.keys, store.values, key_mask,
+                                self.geometry.attention_backend)
+
+    def _store(self, layer: int, k: torch.Tensor, v: torch.Tensor,
+               new: NewTokens) -> tuple[torch.Tensor, torch.Tensor]:
+        """Append the new tokens to the layer at its next offset, keys rotated; returns the cos/sin
+        they were rotated with, for the queries of the same tokens."""
+        store = self.layers[layer]
+        positions = new.rel_positions.to(k.device) + store.next_offset()
+        cos, sin = self.geometry.rotary.cos_sin(self.rotary_positions(layer, positions, new), k.dtype)
+        store.append(apply_rotary(k, cos, sin), v, positions, new.units, new.chunks)
+        return cos, sin
+
+    def rotary_positions(self, layer: int, positions: torch.Tensor, new: NewTokens) -> torch.Tensor:
+        """Where ``layer``'s new tokens are rotated: at the positions recorded for them."""
+        return positions
+
+    def compress(self, context: ChunkContext) -> ChunkOutcome:
+        outcome = self.evict(context)
+        if self.rule.due(self.max_position()):
+            self.reindex()
+            outcome.reindexed = True
+        return outcome
+
+    def evict(self, context: ChunkContext) -> ChunkOutcome:
+        """Select what each layer keeps. The baseline ``full`` keeps everything."""
+        return ChunkOutcome()
+
+    def prefix_len(self) -> int:
+        return int((self.layers[0].units == PREFIX_UNIT).sum().item())
+
+    # -- positions ------------------------------------------------------------------------------
+    def max_position(self) -> float:
+        return max((s.next_offset() - 1.0 for s in self.layers), default=-1.0)
+
+    def ensure_room(self, n_tokens: int) -> None:
+        if self.rule.overflows(self.max_position(), n_tokens):
+            self.reindex()
+
+    def reindex(self) -> None:
+        """Renumber every layer's kept tokens compactly and rotate their keys by the delta."""
+        for store in self.layers:
+            store.reindex(self.geometry.rotary, self.renumber)
+        self.reindex_events += 1
+
+    def renumber(self, old: torch.Tensor, units: torch.Tensor, chunks: torch.Tensor) -> torch.Tensor:
+        """New positions of one layer's kept tokens (positions.renumber): a chunk moves as one group,
+        a summary token is a group of its own (prefix tokens have chunk id -1)."""
+        groups = torch.where(units == SUMMARY_UNIT, -2 - torch.arange(len(units), device=units.device), chunks)
+        new, fell_back = renumber(old, units, groups, self.geometry.traits.rope_layout,
+                                  self.settings.mrope_reindex, limit=self.rule.threshold)
+        self.dense_fallbacks += int(fell_back)
+        return new
+
+    # -- temporary tokens -------------------------------------------------------------------------
+    def mark(self) -> list[int]:
+        return [len(s) for s in self.layers]
+
+    def truncate(self, mark: list[int]) -> None:
+        for store, length in zip(self.layers, mark):
+            store.truncate(length)
+
+    # -- accounting and snapshots -----------------------------------------------------------------
+    def stats(self) -> CacheStats:
+        units = torch.unique(torch.cat([s.units for s in self.layers])) if self.layers else torch.empty(0)
+        return CacheStats(
+            policy=self.name,
+            layer_tokens=[len(s) for s in self.layers],
+            kv_tokens=sum(len(s) for s in self.layers),
+            kv_bytes=sum(s.nbytes for s in self.layers),
+            budget_tokens=self.budget_tokens,
+            units=[int(u) for u in units.tolist() if u >= 0],
+            max_position=self.max_position(),
+            reindex_events=self.reindex_events,
+            extra={"dense_fallbacks": self.dense_fallbacks},
+        )
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"layers": [s.state() for s in self.layers], "reindex_events": self.reindex_events,
+                "dense_fallbacks": self.dense_fallbacks}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        layers = state["layers"]
+        if len(layers) != self.geometry.num_layers:
+            raise ValueError(f"snapshot has {len(layers)} layers, the model has {self.geometry.num_layers}")
+        stores = [KVStore.empty(self.geometry) for _ in layers]
+        for store, saved in zip(stores, layers):
+            store.load(saved, self.geometry)
+        self.layers = stores
+        self.reindex_events = int(state.get("reindex_events", 0))
+        self.dense_fallbacks = int(state.get("dense_fallbacks", 0))

@@ -1,0 +1,115 @@
+"""What the engine reports, as dataclasses: a chunk's report, an answer, the session's status.
+
+The node turns these into ROS messages and diagnostics; it reads nothing else of the engine.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from .cache import CacheStats, ChunkOutcome
+
+
+@dataclass
+class UnitInfo:
+    stamps: tuple[float, ...]
+    camera: str
+    chunk: int
+
+
+@dataclass
+class Exchange:
+    question: str
+    answer: str
+    options: list[str] = field(default_factory=list)
+
+
+@dataclass
+class ChunkReport:
+    chunk_id: int
+    camera: str
+    frames: int
+    units: int
+    tokens: int
+    encode_ms: float
+    prefill_ms: float
+    compress_ms: float
+    outcome: ChunkOutcome = field(default_factory=ChunkOutcome)
+    compress_error: str = ""  # compressing failed: the chunk's frames are kept, over budget
+
+    @property
+    def compress_info(self) -> dict[str, Any]:
+        """The outcome as a flat dict (what is logged and benchmarked)."""
+        info = self.outcome.as_dict()
+        if self.compress_error:
+            info["compress_error"] = self.compress_error
+        return info
+
+
+@dataclass
+class Answer:
+    text: str
+    option_index: int
+    answer_tokens: int
+    ttft_ms: float
+    total_ms: float
+    frames_in_memory: int
+    oldest_stamp: float
+    newest_stamp: float
+    kv_tokens: int
+    cancelled: bool = False
+
+
+@dataclass(frozen=True)
+class DeviceMemory:
+    """The accelerator's memory as torch's allocator sees it; all 0 without CUDA."""
+
+    allocated_bytes: int = 0
+    reserved_bytes: int = 0
+    peak_bytes: int = 0
+    total_bytes: int = 0
+
+    @classmethod
+    def of(cls, device: torch.device) -> "DeviceMemory":
+        if device.type != "cuda" or not torch.cuda.is_available():
+            return cls()
+        return cls(torch.cuda.memory_allocated(device), torch.cuda.memory_reserved(device),
+                   torch.cuda.max_memory_allocated(device), torch.cuda.get_device_properties(device).total_memory)
+
+
+@dataclass(frozen=True)
+class EngineInfo:
+    """What a session runs: the same for its whole life."""
+
+    model_id: str
+    model_family: str
+    device: str
+    dtype: str
+    policy: str
+    chunk_frames: int
+    prefix_tokens: int
+    max_question_tokens: int
+
+
+@dataclass
+class SessionStatus:
+    policy: str = ""
+    model_id: str = ""
+    frames_in_memory: int = 0
+    oldest_stamp: float = 0.0
+    newest_stamp: float = 0.0
+    cache: CacheStats = field(default_factory=CacheStats)
+    prefix_tokens: int = 0  # system prompt tokens per layer (kept on top of any budget)
+    device_memory: DeviceMemory = field(default_factory=DeviceMemory)
+    last_chunk: ChunkReport | None = None
+    chunks_encoded: int = 0
+    chunks_failed: int = 0
+    chunks_failed_in_a_row: int = 0  # since the last chunk that went through: the memory is not updating
+    last_chunk_error: str = ""
+    questions_answered: int = 0
+    pending_frames: int = 0
+    last_ttft_ms: float = 0.0
+    cameras: list[str] = field(default_factory=list)
+    most_questions_a_chunk_waited_for: int = 0

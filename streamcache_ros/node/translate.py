@@ -1,0 +1,70 @@
+"""Between ROS messages and the engine's dataclasses: the node's whole vocabulary of conversions."""
+from __future__ import annotations
+
+from builtin_interfaces.msg import Time
+from streamcache_ros_interfaces.msg import MemoryStatus
+
+from ..engine.status import Answer, SessionStatus
+from .sampler import NS_PER_S, CameraSnapshot
+
+
+def stamp_to_ns(stamp) -> int:
+    return int(stamp.sec) * NS_PER_S + int(stamp.nanosec)
+
+
+def seconds_to_time(seconds: float) -> Time:
+    ns = int(round(seconds * 1e9))
+    return Time(sec=ns // NS_PER_S, nanosec=ns % NS_PER_S)
+
+
+def memory_status(status: SessionStatus, cameras: list[CameraSnapshot], stamp) -> MemoryStatus:
+    """The MemoryStatus message: the engine's status plus the cameras' live frame counters."""
+    msg = MemoryStatus()
+    msg.header.stamp = stamp
+    cache, chunk, device = status.cache, status.last_chunk, status.device_memory
+    msg.policy, msg.model_id = status.policy, status.model_id
+    msg.frames_in_memory = status.frames_in_memory
+    msg.oldest_stamp = seconds_to_time(status.oldest_stamp)
+    msg.newest_stamp = seconds_to_time(status.newest_stamp)
+    msg.kv_tokens, msg.kv_bytes, msg.budget_tokens = cache.kv_tokens, cache.kv_bytes, cache.budget_tokens
+    msg.layer_tokens = [int(n) for n in cache.layer_tokens]
+    msg.bank_tokens = [int(n) for n in cache.bank_tokens]
+    msg.gpu_allocated_bytes, msg.gpu_reserved_bytes = device.allocated_bytes, device.reserved_bytes
+    msg.gpu_peak_bytes = device.peak_bytes
+    if chunk is not None:
+        msg.encode_ms, msg.prefill_ms, msg.compress_ms = chunk.encode_ms, chunk.prefill_ms, chunk.compress_ms
+    msg.last_ttft_ms = status.last_ttft_ms
+    msg.chunks_encoded, msg.chunks_failed = status.chunks_encoded, status.chunks_failed
+    msg.questions_answered = status.questions_answered
+    for snap in cameras:
+        msg.frames_received += snap.received
+        msg.frames_sampled += snap.sampled
+        msg.frames_dropped += snap.dropped
+        msg.frames_rejected += snap.rejected
+        msg.ingest_fps += snap.ingest_rate
+    return msg
+
+
+def refuse(result, message: str):
+    """An Ask response or action result that says why the question was not answered."""
+    result.success = False
+    result.error_message = message
+    result.option_index = -1
+    return result
+
+
+def fill_answer(result, answer: Answer, now_s: float):
+    """An Ask response or action result from the engine's answer; ``now_s``: the node's clock."""
+    result.success = not answer.cancelled
+    result.error_message = "cancelled" if answer.cancelled else ""
+    result.answer = answer.text
+    result.option_index = answer.option_index
+    result.frames_in_memory = answer.frames_in_memory
+    result.oldest_stamp = seconds_to_time(answer.oldest_stamp)
+    result.newest_stamp = seconds_to_time(answer.newest_stamp)
+    result.newest_frame_age_s = now_s - answer.newest_stamp  # how fresh the memory it answered from is
+    result.kv_tokens = answer.kv_tokens
+    result.ttft_ms = answer.ttft_ms
+    result.total_ms = answer.total_ms
+    result.answer_tokens = answer.answer_tokens
+    return result
