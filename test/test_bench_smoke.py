@@ -90,7 +90,7 @@ def test_e2e_tiny_writes_ratios(tmp_path):
 
 def test_accuracy_scores_every_policy_at_equal_bytes(tmp_path):
     run_script("accuracy.py", "--model", "tiny-qwen2_5_vl", "--lengths", "32", "--short-streams", "2",
-               "--per-kind", "1", "--no-node", "--out", str(tmp_path), timeout=600)
+               "--per-kind", "1", "--max-new-tokens", "3", "--no-node", "--out", str(tmp_path), timeout=900)
     data = load(tmp_path / "accuracy-tiny-qwen2_5_vl.json")
     policies = set(data["policies"])
     assert {"full", "fifo", "hermes", "uniform"} <= policies
