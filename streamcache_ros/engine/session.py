@@ -152,6 +152,8 @@ class Session:
         wrong = [layer for layer in self.evidence_layers if not 0 <= layer < layers]
         if wrong:
             raise ConfigError("evidence_layers", f"{wrong} are not layers of this model (0..{layers - 1})")
+        # the last answer's attention mass, every measured layer's row (bench/evidence_layers.py reads it)
+        self.last_attention_mass: AttentionMass | None = None
         with self._cache_lock:
             self._clear()
 
@@ -405,7 +407,8 @@ class Session:
             finally:
                 policy.probe = None
                 policy.truncate(mark)
-            evidence, summary_share = self._evidence(probe, visible, window, evidence_k) if probe else ([], 0.0)
+            evidence, summary_share = self.rank_evidence(probe, visible, window, evidence_k) if probe else ([], 0.0)
+            self.last_attention_mass = probe
             text = self.adapter.decode(decoded.tokens)
             self.history.append(Exchange(question, text, options))
             del self.history[:-self.config.history_size]
@@ -433,11 +436,14 @@ class Session:
         low, high = window or (-math.inf, math.inf)
         return [s for u in units for s in self.units[u].stamps if low <= s <= high]
 
-    def _evidence(self, probe: AttentionMass, units: list[int], window: tuple[float, float] | None,
-                  k: int) -> tuple[list[EvidenceFrame], float]:
-        """The ``k`` frames of ``units`` with the most attention mass, and the summary tokens' share.
-        A unit's mass is shared equally by its frames (inside the window, when one is given)."""
-        totals = probe.totals().tolist()
+    def rank_evidence(self, probe: AttentionMass, units: list[int] | None = None,
+                      window: tuple[float, float] | None = None, k: int = 3,
+                      layers: list[int] | None = None) -> tuple[list[EvidenceFrame], float]:
+        """The ``k`` frames of ``units`` (default: all in memory) with the most attention mass over
+        ``layers`` (default: the measured ones), and the summary tokens' share. A unit's mass is
+        shared equally by its frames (inside the window, when one is given); ties go to the newer."""
+        units = list(self.units) if units is None else units
+        totals = probe.totals(layers).tolist()
         frames = []
         for unit in units:
             info = self.units[unit]
