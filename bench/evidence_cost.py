@@ -4,7 +4,7 @@
     python bench/evidence_cost.py --questions 20 --lengths 64 256
 
 SDPA and flash-attn return no attention weights, so for evidence the answer's tokens' q·K over the
-cache is computed again, for the chosen layers only (docs/interfaces.md#time-windows-and-evidence).
+cache is computed again, for the chosen layers only (docs/interfaces.md "Time windows and evidence").
 Two measures, both ratios taken in one run (this machine is noisy; docs/performance.md):
 
 1. End to end on the bundled tiny models: the same question answered with ``evidence_k`` 0 (no mass

@@ -4,7 +4,7 @@
     python bench/evidence_layers.py --model world-qwen2_5_vl --streams 60 --write-model-file
 
 The evidence of an answer is the frames its tokens attended to most, summed over heads and over a
-set of layers (docs/interfaces.md#time-windows-and-evidence). Which layers is a property of the
+set of layers (docs/interfaces.md "Time windows and evidence"). Which layers is a property of the
 model, so it is chosen here on streams the accuracy benchmark never scores: world streams of the
 training seeds (from 100 000 000; the benchmark's lie from 500 000 000, docs/world-models.md).
 Every ``last_seen`` question (`When did you last see the {colour} {shape}?`, docs/world.md) whose

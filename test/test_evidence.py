@@ -1,4 +1,4 @@
-"""Time windows, evidence and the memory timeline in the engine (docs/interfaces.md#time-windows-and-evidence).
+"""Time windows, evidence and the memory timeline in the engine (docs/interfaces.md "Time windows and evidence").
 
 First on hand-made tensors: ``KVStore.visible`` (what a window hides), ``KVStore.attention_mass``
 (the weights SDPA does not return) and ``AttentionMass`` (summed per unit). Then through the

@@ -1,4 +1,4 @@
-"""Answers that say when, through streamcache_node over DDS (docs/interfaces.md#time-windows-and-evidence):
+"""Answers that say when, through streamcache_node over DDS (docs/interfaces.md "Time windows and evidence"):
 a shape-world bag replayed in lock step, then questions with and without a time window through the
 Ask service, the Ask action and streamcache-ask, and the memory_timeline service.
 

@@ -77,7 +77,7 @@ def to_time(value):
 
 
 def time_request(since=None, until=None, evidence_k: int = 0) -> dict:
-    """The Ask request's (and goal's) time fields (docs/interfaces.md#time-windows-and-evidence)."""
+    """The Ask request's (and goal's) time fields (docs/interfaces.md "Time windows and evidence")."""
     return {"since": to_time(since), "until": to_time(until), "evidence_k": int(evidence_k)}
 
 

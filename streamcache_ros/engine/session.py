@@ -54,7 +54,7 @@ class SessionConfig:
     history_size: int = 32
     # The cameras a question may name (the node's camera_topics); empty: any camera seen so far
     cameras: tuple[str, ...] = ()
-    # Evidence (docs/interfaces.md#time-windows-and-evidence): the frames an answer names (0: none,
+    # Evidence (docs/interfaces.md "Time windows and evidence"): the frames an answer names (0: none,
     # and no attention mass is computed), and the layers whose attention defines it (empty: the
     # middle half of the layers, ``default_evidence_layers``)
     evidence_k: int = 3
@@ -72,8 +72,8 @@ class SessionConfig:
 
 def default_evidence_layers(num_layers: int) -> tuple[int, ...]:
     """The layers whose attention defines evidence when none are chosen: the middle half, where a
-    question's attention to the image is strongest in vision-language models (docs/interfaces.md
-    "Which layers"); bench/evidence_layers.py chooses them for a model on the world's training seeds."""
+    question's attention to the image is strongest in vision-language models
+    (docs/interfaces.md "Which layers"); bench/evidence_layers.py chooses them for a model."""
     first = num_layers // 4
     return tuple(range(first, max(first + 1, (3 * num_layers) // 4)))
 
@@ -350,7 +350,7 @@ class Session:
         ``since`` / ``until`` (stamps, None = open) restrict the answer to the units with a frame
         stamped inside the window, by masking the attention to every other unit's tokens; the
         answer's ``evidence`` names the ``evidence_k`` frames it drew on most (None: the session's
-        ``evidence_k``; docs/interfaces.md#time-windows-and-evidence).
+        ``evidence_k``; docs/interfaces.md "Time windows and evidence").
         Raises QuestionError before anything touches the cache when the question is refused.
         """
         started = time.perf_counter()
@@ -457,7 +457,7 @@ class Session:
 
     def memory_timeline(self, camera: str = "") -> MemoryTimeline:
         """Every frame still in memory (of ``camera`` when given), oldest first, with the share of its
-        tokens each layer (and each H2SVC bank) still holds (docs/interfaces.md#memory_timeline)."""
+        tokens each layer (and each H2SVC bank) still holds (docs/interfaces.md "The memory timeline")."""
         if camera and camera not in self.cameras and camera not in self.config.cameras:
             raise QuestionError(f"unknown camera '{camera}'")
         with self._cache_lock:

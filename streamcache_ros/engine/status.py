@@ -52,7 +52,7 @@ class ChunkReport:
 @dataclass(frozen=True)
 class EvidenceFrame:
     """A frame an answer drew on: its stamp, camera, and share of the answer's attention mass over
-    the frames it could see (docs/interfaces.md#time-windows-and-evidence)."""
+    the frames it could see (docs/interfaces.md "Time windows and evidence")."""
 
     stamp: float
     camera: str
@@ -78,7 +78,7 @@ class Answer:
 
 @dataclass
 class FrameRetention:
-    """One frame still in memory and how much of it is kept (docs/interfaces.md#memory_timeline)."""
+    """One frame still in memory and how much of it is kept (docs/interfaces.md "The memory timeline")."""
 
     stamp: float
     camera: str

@@ -1,5 +1,5 @@
 """What an answer drew on: the attention mass its tokens put on each stream unit, per layer
-(docs/interfaces.md#time-windows-and-evidence).
+(docs/interfaces.md "Time windows and evidence").
 
 While a question is answered the session lends the policy an ``AttentionMass``; every policy's
 ``attend`` hands it the store it attends over, the rotated queries and the mask it used, once per

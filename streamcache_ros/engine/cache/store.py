@@ -170,14 +170,14 @@ class KVStore:
     def visible(self, allowed_units: torch.Tensor) -> torch.Tensor:
         """Slots a question limited to ``allowed_units`` may see: those units, and the system prompt
         and the question's own text always; a summary token only when ``allowed_units`` lists
-        SUMMARY_UNIT (a time window hides it, docs/interfaces.md#time-windows-and-evidence);
+        SUMMARY_UNIT (a time window hides it, docs/interfaces.md "Time windows and evidence");
         never padding."""
         units = self.units
         return (units == PREFIX_UNIT) | (units == TEXT_UNIT) | torch.isin(units, allowed_units.to(units.device))
 
     def attention_mass(self, q: torch.Tensor, visible: torch.Tensor | None = None) -> torch.Tensor:
         """The attention weights of the newest query over this store, summed over each row's query
-        heads: [rows, T] float32 (docs/interfaces.md#time-windows-and-evidence).
+        heads: [rows, T] float32 (docs/interfaces.md "Time windows and evidence").
 
         q [1, rows·G, Q, D] rotated (only its last row, the newest token, is read: it sees every key,
         so no causal mask applies); ``visible`` [T] or [rows, T] (None: every slot), the mask the
