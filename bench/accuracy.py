@@ -324,17 +324,18 @@ def last_seen_fields(answer, stream, question) -> dict:
 
 
 def print_last_seen(summary: dict, lengths, policies, label: str) -> None:
-    rows = []
-    for length in lengths:
-        row = {"frames": length}
-        for policy in policies:
-            c = summary.get(f"{length}|{'full' if policy == 'full' else label}|{policy}|last_seen")
-            row[policy] = (f"{c['accuracy']:.2f} [{c['ci95'][0]:.2f}, {c['ci95'][1]:.2f}] n={c['n']}"
-                           if c and c["n"] else "")
-        rows.append(row)
+    """A row per policy, a column per stream length: accuracy [95% interval] n."""
+    def shown(c):
+        return f"{c['accuracy']:.2f} [{c['ci95'][0]:.2f}, {c['ci95'][1]:.2f}] n={c['n']}" if c and c["n"] else ""
+
+    def config(policy):
+        return "full" if policy == "full" else label
+
+    rows = [{"policy": p, **{n: shown(summary.get(f"{n}|{config(p)}|{p}|last_seen")) for n in lengths}}
+            for p in policies]
     print(f"\nlast_seen: evidence_stamps[0] within ±{LAST_SEEN_TOLERANCE_S:g} s of the truth "
           f"(bounded policies at {label} of the full cache's bytes)")
-    print(table(rows, [("frames", "frames"), *[(p, p) for p in policies]]))
+    print(table(rows, [("policy", "policy"), *[(n, f"{n} frames") for n in lengths]]))
 
 
 # -- output ----------------------------------------------------------------------------------------------
@@ -403,7 +404,7 @@ def main(argv=None) -> int:
     parser.add_argument("--node-streams", type=int, default=12)
     parser.add_argument("--out", type=pathlib.Path, default=REPORTED)
     parser.add_argument("--last-seen", action="store_true",
-                        help="also ask last_seen and score it by evidence_stamps[0] (±2 s); its own table and JSON key")
+                        help="also ask last_seen, scored by evidence_stamps[0] (±2 s): its own table and JSON key")
     args = parser.parse_args(argv)
     kinds = SCORED_KINDS + (("last_seen",) if args.last_seen else ())
     import torch  # noqa: PLC0415

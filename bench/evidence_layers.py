@@ -104,7 +104,8 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default=DEFAULT_MODEL)
     parser.add_argument("--streams", type=int, default=40, help="training-seed streams")
-    parser.add_argument("--frames", type=int, default=64, help="frames per stream (questions after half and at the end)")
+    parser.add_argument("--frames", type=int, default=64,
+                        help="frames per stream (questions after half of them and at the end)")
     parser.add_argument("--per-kind", type=int, default=3, help="last_seen questions per point at most")
     parser.add_argument("--size", default="", help="WxH for every stream (default: each seed's own, as drawn)")
     parser.add_argument("--write-model-file", action="store_true",
