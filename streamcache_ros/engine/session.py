@@ -391,22 +391,9 @@ class Session:
             stamps = self._stamps(visible, window)
             frames, oldest, newest = len(stamps), *((min(stamps), max(stamps)) if stamps else (0.0, 0.0))
             kv_tokens = policy.stats().kv_tokens
-            mark = policy.mark()
-            self.question_attempts += 1
-            hook = failpoints.layer_hook("question", question=self.question_attempts,
-                                         layers=policy.geometry.num_layers)
             probe = AttentionMass(self.evidence_layers, policy.geometry.num_layers, self._next_unit,
                                   policy.geometry.device) if evidence_k else None
-            try:
-                policy.probe = probe
-                decoded = greedy_decode(self.adapter, policy, ids, budget, started, key_filter, on_text, should_stop,
-                                        self.config.repetition_penalty, hook)
-            except Exception as err:
-                release_device_memory(err)
-                raise AnswerError(f"answering failed: {_describe(err)}; the memory is unchanged") from err
-            finally:
-                policy.probe = None
-                policy.truncate(mark)
+            decoded = self._decode(ids, budget, started, key_filter, probe, on_text, should_stop)
             evidence, summary_share = self.rank_evidence(probe, visible, window, evidence_k) if probe else ([], 0.0)
             self.last_attention_mass = probe
             text = self.adapter.decode(decoded.tokens)
@@ -418,6 +405,25 @@ class Session:
                       ttft_ms=decoded.ttft_ms, total_ms=(time.perf_counter() - started) * 1e3,
                       frames_in_memory=frames, oldest_stamp=oldest, newest_stamp=newest, kv_tokens=kv_tokens,
                       cancelled=decoded.cancelled, evidence=evidence, evidence_summary_share=summary_share)
+
+    def _decode(self, ids: list[int], budget: int, started: float, key_filter: torch.Tensor | None,
+                probe: AttentionMass | None, on_text, should_stop):
+        """The question prefilled and its answer decoded over the cache, ``probe`` (evidence) lent to
+        the policy meanwhile; the question's tokens are removed again, whatever happens."""
+        policy = self.policy
+        mark = policy.mark()
+        self.question_attempts += 1
+        hook = failpoints.layer_hook("question", question=self.question_attempts, layers=policy.geometry.num_layers)
+        try:
+            policy.probe = probe
+            return greedy_decode(self.adapter, policy, ids, budget, started, key_filter, on_text, should_stop,
+                                 self.config.repetition_penalty, hook)
+        except Exception as err:
+            release_device_memory(err)
+            raise AnswerError(f"answering failed: {_describe(err)}; the memory is unchanged") from err
+        finally:
+            policy.probe = None
+            policy.truncate(mark)
 
     # -- time -------------------------------------------------------------------------------------
     def _window_units(self, units: list[int], window: tuple[float, float], camera: str) -> list[int]:
