@@ -144,7 +144,7 @@ def make_session(adapter, policy: str, knobs: dict, head_map_path: str = ""):
 # -- running streams ---------------------------------------------------------------------------------
 def run_stream(adapter, seed: int, points: list[int], fractions: dict[str, float], head_map_path: str,
                per_kind: int, policies: tuple[str, ...], reference_fraction: float = 1 / 8,
-               kinds: tuple[str, ...] = SCORED_KINDS) -> list[dict]:
+               max_new_tokens: int = 0, kinds: tuple[str, ...] = SCORED_KINDS) -> list[dict]:
     """One held-out stream of ``max(points)`` frames through one session per (policy, fraction);
     every question kind asked after each of ``points`` frames. One record per (session, question).
     The full cache's long-memory questions are those older than ``reference_fraction``'s window."""
@@ -171,7 +171,7 @@ def run_stream(adapter, seed: int, points: list[int], fractions: dict[str, float
         questions = stream.questions(n, np.random.default_rng((seed, n, 3)), kinds, per_kind)
         for policy, label, fraction, knobs, window, session in sessions:
             for q in questions:
-                answer = session.ask(q.text, q.options)
+                answer = session.ask(q.text, q.options, max_new_tokens=max_new_tokens)
                 status = session.status()
                 records.append({
                     "seed": seed, "length": n, "policy": policy, "config": label, "fraction": fraction,
@@ -399,6 +399,7 @@ def main(argv=None) -> int:
     parser.add_argument("--per-kind", type=int, default=3, help="questions of one kind per point at most")
     parser.add_argument("--sweep-streams", type=int, default=40,
                         help="of the 512-frame streams, how many also run the budget sweep")
+    parser.add_argument("--max-new-tokens", type=int, default=0, help="per answer (0: the session's default)")
     parser.add_argument("--no-node", action="store_true")
     parser.add_argument("--node-policy", default="hermes")
     parser.add_argument("--node-streams", type=int, default=12)
@@ -424,7 +425,7 @@ def main(argv=None) -> int:
     short = [n for n in args.lengths if n in SHORT_POINTS]
     for i in range(args.short_streams if short else 0):
         records += run_stream(adapter, ACCURACY_SEED + i, short, main_fraction, head_map_path, args.per_kind,
-                              policies, args.fraction, kinds)
+                              policies, args.fraction, args.max_new_tokens, kinds)
         if cells_filled(records, short, policies[0], args.min_questions, kinds):
             break
         if i % 25 == 24:
@@ -434,7 +435,7 @@ def main(argv=None) -> int:
     for i in range(args.long_streams if max(LENGTHS) in args.lengths else 0):
         fractions = sweep_fractions if i < args.sweep_streams else main_fraction
         records += run_stream(adapter, ACCURACY_SEED + 5_000_000 + i, [max(LENGTHS)], fractions, head_map_path,
-                              args.per_kind, policies, args.fraction, kinds)
+                              args.per_kind, policies, args.fraction, args.max_new_tokens, kinds)
         if i % 10 == 9:
             print(f"  {i + 1} streams of {max(LENGTHS)} frames, {time.perf_counter() - started:.0f} s", flush=True)
     sweep = [r for r in records if r["length"] == max(LENGTHS) and r["seed"] < ACCURACY_SEED + 5_000_000 +

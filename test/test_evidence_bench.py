@@ -31,3 +31,15 @@ def test_retention_map_draws_every_policy(tmp_path):
     assert {"full", "fifo", "uniform", "hermes", "h2svc"} <= set(panels)
     assert panels["full"]["frames_held"][-1] == 24 and panels["full"]["mean_kept"][-1] == 1.0
     assert len(data["looked_at"]) == 3 and all(len(p["last"]) == 24 for p in panels.values())
+
+
+def test_accuracy_scores_last_seen_by_the_first_evidence_stamp(tmp_path):
+    run_script("accuracy.py", "--model", "tiny-qwen2_5_vl", "--lengths", "32", "--short-streams", "2",
+               "--per-kind", "1", "--max-new-tokens", "3", "--no-node", "--last-seen", "--policies", "full", "h2svc",
+               "--out", str(tmp_path), timeout=900)
+    data = load(tmp_path / "accuracy-tiny-qwen2_5_vl.json")
+    assert all(r["kind"] != "last_seen" for r in data["records"])  # kept apart from the option kinds
+    records = data["last_seen"]["records"]
+    assert {r["policy"] for r in records} == {"full", "h2svc"} and all(r["kind"] == "last_seen" for r in records)
+    assert all(r["correct"] == (abs(r["evidence_stamp"] - r["truth_stamp"]) <= 2.0) for r in records)
+    assert data["last_seen"]["summary"]["32|full|full|last_seen"]["n"] == len(records) // 2
