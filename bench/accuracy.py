@@ -282,7 +282,7 @@ def node_check(model: str, policy: str, streams: int, length: int, fraction: flo
                                  "height": first.look.height})
             bag = make_world_bag(work / f"bag{k}", seed, length, look=look, overwrite=True,
                                  start_ns=DEFAULT_START_NS + k * 100_000 * 1_000_000_000)
-            client.reset_memory()
+            client.reset()
             done = harness.subprocess.run(harness.replay_command(bag, namespace), env=env, cwd=ROOT,
                                           capture_output=True, text=True, timeout=harness.GUARD_S)
             if done.returncode != 0:
@@ -448,9 +448,10 @@ def main(argv=None) -> int:
     print_tables(summary, args.lengths, policies, label)
     if last_seen:
         print_last_seen(summarise(last_seen), args.lengths, policies, label)
-    node = None if args.no_node else node_check(args.model, args.node_policy, args.node_streams, 64, args.fraction,
-                                                head_map_path, ROOT / "bench" / "results" / "accuracy-node")
-    if node:
+    node = None if args.no_node else checked_node(args, head_map_path)
+    if node and "error" in node:
+        print(f"\nnode over DDS: not measured ({node['error']})")
+    elif node:
         print(f"\nnode over DDS ({node['policy']}, {node['streams']} streams of 64 frames): accuracy "
               f"{node['node_accuracy']:.3f}, the Session's answer in {node['same_answer_as_session']}/{node['questions']}")
     mismatched = bytes_check(records + [r for r in sweep if r["config"] != label])
@@ -470,6 +471,15 @@ def main(argv=None) -> int:
         plot(sweep_summary, policies, FIGURES / f"{name}.png", args.model)
     print(f"wrote {path}")
     return 0
+
+
+def checked_node(args, head_map_path: str) -> dict:
+    """node_check, or the reason it failed: the tables above are kept either way."""
+    try:
+        return node_check(args.model, args.node_policy, args.node_streams, 64, args.fraction, head_map_path,
+                          ROOT / "bench" / "results" / "accuracy-node")
+    except Exception as err:  # noqa: BLE001 - reported in the JSON, the session tables still written
+        return {"error": f"{type(err).__name__}: {err}"}
 
 
 if __name__ == "__main__":

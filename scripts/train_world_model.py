@@ -146,11 +146,17 @@ def build_llava(out: pathlib.Path, seed: int) -> None:
         "do_convert_rgb": True, "do_pad": False, "image_grid_pinpoints": [[84, 84]]})
 
 
+# 6 tokens per 2 frames on the Qwen model, 4 per frame on LLaVA: 300 and 400 tokens in the demo's stream
+DEFAULT_BUDGET = {"qwen2_5_vl": 96, "llava_onevision": 128}
+
+
 def build_model(family: str, out: pathlib.Path, seed: int) -> None:
     out.mkdir(parents=True, exist_ok=True)
     (build_qwen if family == "qwen2_5_vl" else build_llava)(out, seed)
-    # these models answer a multiple-choice question with the option's words (layout.options_query)
-    _write_json(out / MODEL_SETTINGS_FILE, {"options_prompt": "words", "trained_on": "shape world (docs/world.md)"})
+    # these models answer a multiple-choice question with the option's words (layout.options_query);
+    # their default budget is about a third of the demo's 100-frame stream, so it binds there (docs/world-models.md)
+    _write_json(out / MODEL_SETTINGS_FILE, {"options_prompt": "words", "budget_tokens": DEFAULT_BUDGET[family],
+                                            "trained_on": "shape world (docs/world.md)"})
 
 
 def _write_json(path: pathlib.Path, obj: dict) -> None:
@@ -308,8 +314,9 @@ def main() -> None:
     model.eval()
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out, safe_serialization=True)
-    for name in os.listdir(init_dir):
-        if not name.endswith((".safetensors", "config.json")) or name == "preprocessor_config.json":
+    written_by_save = {"model.safetensors", "config.json", "generation_config.json"}
+    for name in os.listdir(init_dir):  # tokenizer (its config names the end-of-turn token), processor, settings
+        if name not in written_by_save:
             (out / name).write_bytes((init_dir / name).read_bytes())
     _write_json(out / "training.json", {"family": args.family, "seed": args.seed, "steps": state["step"],
                                         "streams": state["streams"], "wall_minutes": round(state["elapsed"] / 60, 1),

@@ -156,22 +156,31 @@ def test_answers_and_branches_on_the_text(client, domain, frames):
     assert "[fallback]" not in out and out.rstrip().endswith("outcome: answered (exit 0)")
 
 
-def test_the_branch_follows_option_index(client, domain, frames):
-    # options whose second one the answer names as a whole word (found through the service first:
-    # each try offers the first word of the previous answer)
-    options = ["zqzq", "placeholder"]
-    for _ in range(12):
-        answer = client.ask(QUESTION, options=options)
-        if answer.option_index == 1:
-            break
-        words = re.findall(r"\w+", answer.answer)
-        options = ["zqzq", words[0] if words else "placeholder"]
-    else:
-        pytest.fail("no option set found that the answer names as option 1")
-    letter = options[1]
-    code, out = finish(example(domain, "--question", QUESTION, "--options", *options))
+WORLD_NS = "/sc_bt_world"
+
+
+@pytest.fixture(scope="module")
+def world_client(domain, tmp_path_factory):
+    """A node with the bundled world model (docs/world-models.md) and a world stream in its memory:
+    its answers name the options of the world's questions."""
+    bag = bagfile.make_world_bag(tmp_path_factory.mktemp("bags") / "world", seed=800_000_321, frames=16, topic=CAM)
+    node = tiny_node(WORLD_NS, [CAM], model_path="world-qwen2_5_vl", policy="hermes", budget_tokens=0)
+    with Proc(node, child_env(domain)) as proc, client_of(proc, domain, WORLD_NS) as client:
+        replay_lock_step(domain, bag, WORLD_NS, "--fast")
+        yield client, bagfile.read_world_questions(bag)
+
+
+def test_the_branch_follows_option_index(world_client, domain):
+    """The tree branches on the option the node's answer names, whichever it is."""
+    client, world = world_client
+    question = next(q for q in world["questions"] if q["kind"] == "now_color")
+    options = question["options"]
+    index = client.ask(question["text"], options=options).option_index
+    assert index >= 0  # the world model answers a colour question with one of its options
+    code, out = finish(example(domain, "--question", question["text"], "--options", *options, namespace=WORLD_NS))
     assert code == 0, out
-    assert "(option_index 1)" in out and f"[branch] option 1: {letter}\n" in out and out.count("[branch]") == 1
+    assert f"(option_index {index})" in out and f"[branch] option {index}: {options[index]}\n" in out
+    assert out.count("[branch]") == 1
 
 
 def test_a_failed_answer_takes_the_fallback(domain, frames):

@@ -1,4 +1,4 @@
-"""`streamcache_node` with no arguments (docs/interfaces.md): the bundled tiny model, camera
+"""`streamcache_node` with no arguments (docs/interfaces.md): the bundled world model, camera
 /camera/image_raw, policy hermes, the root namespace; here on a machine WITHOUT
 diagnostic_updater (hidden from the process), so /diagnostics comes from the built-in fallback with
 the same statuses."""
@@ -37,8 +37,8 @@ def client(node, domain):
 def test_defaults_without_diagnostic_updater(node, client, domain):
     assert client.namespace == ""  # services at /ask, /ask_action, ...
     status = client.memory_status()
-    assert (status.policy, status.model_id) == (DEFAULT_POLICY, "tiny-qwen2_5_vl")
-    assert status.budget_tokens == 6000  # the default budget (the reference's kv_size)
+    assert (status.policy, status.model_id) == (DEFAULT_POLICY, "world-qwen2_5_vl")
+    assert status.budget_tokens == 96  # budget_tokens 0: the bundled world model's own (its streamcache.json)
     refused = client.ask("What is on the table?")
     assert not refused.success and "no frames in memory yet" in refused.error_message
 

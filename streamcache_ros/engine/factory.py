@@ -27,7 +27,7 @@ from .session import Session, SessionConfig
 ENGINE_DEFAULTS: dict[str, Any] = {
     "model_path": DEFAULT_MODEL,
     "policy": "hermes",
-    "budget_tokens": 6000,
+    "budget_tokens": 0,  # 0: the model folder's budget_tokens (streamcache.json), else FALLBACK_BUDGET_TOKENS
     "sample_fps": 1.0,
     "chunk_frames": 8,
     "device": "auto",
@@ -44,6 +44,8 @@ ENGINE_DEFAULTS: dict[str, Any] = {
     "evidence_k": 3,  # evidence frames per answer (a request's evidence_k = 0); 0 = none
     "evidence_layers": [],  # [] = the model folder's evidence_layers.json, else the middle half of the layers
 }
+# The budget of a model whose folder names none (HERMES's M, docs/hermes.md "Budgets")
+FALLBACK_BUDGET_TOKENS = 6000
 # A camera frame of this size is what "holds at least one frame" is checked against.
 REFERENCE_FRAME = (480, 640)
 HEAD_MAP_PARAMETER = "h2svc.head_map_path"
@@ -173,4 +175,12 @@ def build_session(params: dict[str, Any]) -> Session:
                            vision_onnx_providers=p["vision_onnx_providers"])
     if not config.evidence_layers:
         config = dataclasses.replace(config, evidence_layers=model_evidence_layers(adapter))
+    if int(p["budget_tokens"]) == 0:
+        p["budget_tokens"] = model_budget_tokens(adapter)
     return Session(adapter, build_policy(adapter, str(p["policy"]), p), config)
+
+
+def model_budget_tokens(adapter: ModelAdapter) -> int:
+    """The budget a ``budget_tokens`` of 0 stands for: the model folder's own (the bundled world models
+    carry one that binds within the demo's stream), else FALLBACK_BUDGET_TOKENS."""
+    return int(getattr(adapter, "model_settings", {}).get("budget_tokens", 0)) or FALLBACK_BUDGET_TOKENS

@@ -4,11 +4,11 @@ from __future__ import annotations
 import pathlib
 
 BUNDLED_DIR = pathlib.Path(__file__).resolve().parents[1] / "models"
-DEFAULT_MODEL = "tiny-qwen2_5_vl"
+DEFAULT_MODEL = "world-qwen2_5_vl"
 
 
 def bundled_model_names() -> list[str]:
-    return sorted(p.name for p in BUNDLED_DIR.glob("tiny-*") if (p / "config.json").is_file())
+    return sorted(p.name for p in BUNDLED_DIR.glob("*") if (p / "config.json").is_file())
 
 
 def resolve_model_path(model_path: str) -> str:

@@ -43,7 +43,7 @@ DESCRIPTIONS = {
     "policy": "KV cache policy: one of " + "|".join(sorted(POLICIES)),
     "budget_tokens": "Video tokens kept per layer by the policies that keep a budget ("
                      + ", ".join(sorted(p for p in POLICIES if POLICIES[p].settings_class.takes("budget_tokens")))
-                     + "); must hold at least one frame",
+                     + "); must hold at least one frame; 0 = the model folder's own (streamcache.json), else 6000",
     "sample_fps": "Frames per second taken into memory, by message stamp",
     "chunk_frames": "Frames per camera encoded and prefilled together",
     "device": "cpu | cuda | cuda:N | auto",
@@ -63,7 +63,7 @@ DESCRIPTIONS = {
                        "else the middle half of the layers",
 }
 RANGES = {
-    "budget_tokens": (1, BIG), "sample_fps": (0.001, 1000.0), "chunk_frames": (1, 4096),
+    "budget_tokens": (0, BIG), "sample_fps": (0.001, 1000.0), "chunk_frames": (1, 4096),
     "max_question_tokens": (1, BIG), "max_new_tokens": (1, BIG), "repetition_penalty": (0.0, 100.0),
     "reindex_margin": (0, BIG), "evidence_k": (0, 4096),
 }

@@ -96,8 +96,10 @@ def load_adapter(model_path: str, device: str = "auto", dtype: str = "auto", att
         raise ModelLoadError(f"model_path '{model_path}': {str(err).splitlines()[0]}") from None
     model.to(torch_device).eval()
     model_id = _model_id(model_path, resolved)
+    model_settings = read_model_settings(resolved)
     adapter = adapter_cls(model, tokenizer, image_processor, model_id, attention=attention, sample_fps=sample_fps,
-                          options_prompt=read_model_settings(resolved).get("options_prompt", "letter"))
+                          options_prompt=model_settings.get("options_prompt", "letter"))
+    adapter.model_settings = model_settings
     adapter.model_dir = resolved if os.path.isdir(resolved) else ""
     if vision_backend == "onnxruntime":
         adapter.vision_encoder = OnnxVisionEncoder(vision_onnx_path, adapter, providers=vision_onnx_providers)
@@ -121,6 +123,9 @@ def read_model_settings(path: str) -> dict:
     style = settings.get("options_prompt", "letter")
     if style not in OPTIONS_PROMPTS:
         raise ModelLoadError(f"{file}: options_prompt must be one of {', '.join(OPTIONS_PROMPTS)}, got '{style}'")
+    budget = settings.get("budget_tokens", 0)
+    if not isinstance(budget, int) or budget < 0:
+        raise ModelLoadError(f"{file}: budget_tokens must be a whole number >= 0, got {budget!r}")
     return settings
 
 
