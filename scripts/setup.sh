@@ -105,7 +105,7 @@ import rclpy, torch, transformers
 from streamcache_ros_interfaces.srv import Ask
 from streamcache_ros.engine import models
 print(f"[setup] ok: rclpy, torch {torch.__version__}, transformers {transformers.__version__}, "
-      f"interfaces; tiny models: {', '.join(models.bundled_model_names())}")
+      f"interfaces; bundled models: {', '.join(models.bundled_model_names())}")
 PY
 # ros2 launch / ros2 run must find THIS checkout's package. Without the ros2 CLI or launch_ros (no wheels,
 # a minimal system ROS 2) that is only a note; with them, a miss means the colcon install is wrong.

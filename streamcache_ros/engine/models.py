@@ -1,4 +1,5 @@
-"""The tiny models bundled with the package (random weights: meaningless answers, real code paths)."""
+"""The models bundled with the package: `world-*` trained here on the shape world (docs/world-models.md),
+the default; `tiny-*` with random weights, for tests that need a model of a given shape."""
 from __future__ import annotations
 
 import pathlib
