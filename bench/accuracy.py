@@ -406,8 +406,10 @@ def main(argv=None) -> int:
     parser.add_argument("--out", type=pathlib.Path, default=REPORTED)
     parser.add_argument("--last-seen", action="store_true",
                         help="also ask last_seen, scored by evidence_stamps[0] (±2 s): its own table and JSON key")
+    parser.add_argument("--only-last-seen", action="store_true",
+                        help="ask last_seen alone (a run of its own: accuracy-<model>-last_seen.json)")
     args = parser.parse_args(argv)
-    kinds = SCORED_KINDS + (("last_seen",) if args.last_seen else ())
+    kinds = ("last_seen",) if args.only_last_seen else SCORED_KINDS + (("last_seen",) if args.last_seen else ())
     import torch  # noqa: PLC0415
 
     adapter = load(args.model)
@@ -445,7 +447,8 @@ def main(argv=None) -> int:
     records = [r for r in records if r["kind"] != "last_seen"]
     sweep = [r for r in sweep if r["kind"] != "last_seen"]
     summary = summarise(records)
-    print_tables(summary, args.lengths, policies, label)
+    if summary:  # empty on a last_seen-only run
+        print_tables(summary, args.lengths, policies, label)
     if last_seen:
         print_last_seen(summarise(last_seen), args.lengths, policies, label)
     node = None if args.no_node else checked_node(args, head_map_path)
@@ -457,7 +460,7 @@ def main(argv=None) -> int:
     mismatched = bytes_check(records + [r for r in sweep if r["config"] != label])
     print("\nequal bytes: " + ("all within 5%" if not mismatched else f"{len(mismatched)} streams off by > 5%"))
     sweep_summary = summarise(sweep) if sweep else {}
-    name = f"accuracy-{pathlib.Path(args.model).name}"
+    name = f"accuracy-{pathlib.Path(args.model).name}" + ("-last_seen" if args.only_last_seen else "")
     out = {"machine": machine("cpu"), "model": args.model, "policies": policies, "lengths": args.lengths,
            "fraction": args.fraction, "options_prompt": read_model_settings(str(folder)).get("options_prompt"),
            "seconds": round(time.perf_counter() - started), "summary": summary, "sweep": sweep_summary,
