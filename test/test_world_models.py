@@ -12,7 +12,7 @@ import pytest
 from streamcache_ros import world
 from streamcache_ros.engine import Session, SessionConfig, load_adapter, make_policy
 
-MODELS = ["world-qwen2_5_vl"]
+MODELS = ["world-qwen2_5_vl", "world-llava_onevision"]
 # full-cache accuracy on the fixed set below, every option kind together; chance is about 0.38
 FLOOR = 0.60
 HELD_OUT = 800_000_000  # neither training (100M+), validation (900M+) nor the benchmark (500M+)
