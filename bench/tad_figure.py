@@ -54,7 +54,8 @@ def plot(summaries: list[dict], path: pathlib.Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt  # noqa: PLC0415
 
-    fig, axes = plt.subplots(1, len(summaries), figsize=(4.2 * len(summaries), 3.8), squeeze=False)
+    fig, axes = plt.subplots(1, len(summaries), figsize=(4.2 * len(summaries), 3.8), squeeze=False,
+                             sharex=True, sharey=True)  # one scale: the spreads compare by eye
     colours = ("tab:red", "tab:orange", "tab:blue")
     for ax, s in zip(axes[0], summaries):
         v2v, t2v, banks = (np.asarray(s[k]).ravel() for k in ("tad_v2v", "tad_t2v", "bank_id"))
