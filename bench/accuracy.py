@@ -66,10 +66,10 @@ def policy_knobs(policy: str, target_tokens: float, g: Geometry) -> dict:
     video = max(target_tokens - g.prefix, g.tokens_per_unit)
     if policy == "full":
         return {}
-    if policy in ("fifo", "uniform"):
+    if policy in ("fifo", "uniform", "hermes"):
+        # HERMES compresses when layer 0 passes its budget counting the prefix (docs/hermes.md §2) but
+        # then keeps prefix + budget; a budget of video + prefix held 10% more bytes than fifo
         return {"budget_tokens": int(round(video))}
-    if policy == "hermes":
-        return {"budget_tokens": int(round(video + g.prefix))}  # docs/hermes.md §2: the prefix counts
     if policy == "h2svc":
         units = video / g.tokens_per_unit  # units per head, on average over the banks
         f_s, f_w, f_e = g.bank_fractions
