@@ -5,8 +5,9 @@ step (chunk by chunk, policy after policy), so that a change in the machine's lo
 alike. When the stream reaches 16, 64, 256 and 1024 frames, each session answers the same question
 a few times (again taking turns), and the run records the per-chunk ingest time (encode + prefill +
 compress) of the chunks since the last checkpoint, the time to first token, the decode rate and the
-KV bytes held: medians, and each as a ratio to the ``full`` cache at the same length. Read the ratios: the models are tiny and random,
-so the absolute times are the overheads of this machine, not of a 7B model.
+KV bytes held: medians, and each as a ratio to the ``full`` cache at the same length. Read the
+ratios: the models are tiny and random, so the absolute times are the overheads of this machine, not
+of a 7B model.
 
     python bench/e2e_tiny.py [--lengths 16 64 256 1024] [--policies full fifo uniform hermes h2svc] [--device cuda]
 """

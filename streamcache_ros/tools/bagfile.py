@@ -196,8 +196,8 @@ def read_images(path: str | pathlib.Path, topics: list[str] | None = None) -> It
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="streamcache-make-bag",
-                                     description="Write frames of the fixed shape-world stream, or a seeded world stream "
-                                                 "with its questions, to a rosbag2 (sqlite3 or mcap).")
+                                     description="Write frames of the fixed shape-world stream, or a seeded world "
+                                                 "stream with its questions, to a rosbag2 (sqlite3 or mcap).")
     parser.add_argument("path", help="the bag directory to create")
     parser.add_argument("--frames", type=int, default=120)
     parser.add_argument("--fps", type=float, default=2.0, help="camera rate: stamps are 1/fps apart")
