@@ -1,12 +1,13 @@
 """End to end on the bundled tiny models: every policy side by side, in one run.
 
-One Session per policy, all fed the same synthetic clip in lock step (chunk by chunk, policy after
-policy), so that a change in the machine's load hits every policy alike. When the stream reaches
-16, 64, 256 and 1024 frames, each session answers the same question a few times (again taking turns),
-and the run records the per-chunk ingest time (encode + prefill + compress) of the chunks since the
-last checkpoint, the time to first token, the decode rate and the KV bytes held: medians, and each as
-a ratio to the ``full`` cache at the same length. Read the ratios: the models are tiny and random,
-so the absolute times are the overheads of this machine, not of a 7B model.
+One Session per policy, all fed the same frames (the fixed shape-world stream, docs/world.md) in lock
+step (chunk by chunk, policy after policy), so that a change in the machine's load hits every policy
+alike. When the stream reaches 16, 64, 256 and 1024 frames, each session answers the same question
+a few times (again taking turns), and the run records the per-chunk ingest time (encode + prefill +
+compress) of the chunks since the last checkpoint, the time to first token, the decode rate and the
+KV bytes held: medians, and each as a ratio to the ``full`` cache at the same length. Read the
+ratios: the models are tiny and random, so the absolute times are the overheads of this machine, not
+of a 7B model.
 
     python bench/e2e_tiny.py [--lengths 16 64 256 1024] [--policies full fifo uniform hermes h2svc] [--device cuda]
 """
@@ -18,7 +19,7 @@ import time
 import common
 import torch
 
-from streamcache_ros import clip
+from streamcache_ros import world
 from streamcache_ros.engine.cache import POLICIES
 from streamcache_ros.engine.factory import build_session
 
@@ -35,13 +36,13 @@ def make_sessions(model: str, policies: list[str], args) -> dict:
     base = {"model_path": model, "device": args.device, "dtype": args.dtype, "attention": args.attention,
             "chunk_frames": args.chunk_frames, "max_new_tokens": args.new_tokens}
     probe = build_session({**base, "policy": "full"})
-    per_unit = probe.adapter.preprocess([clip.frame(0)]).tokens_per_unit
+    per_unit = probe.adapter.preprocess([world.world_frame(0)]).tokens_per_unit
     budget = BUDGET_UNITS * per_unit
     sessions = {p: probe if p == "full" else build_session({**base, "policy": p, "budget_tokens": budget})
                 for p in policies}
     for session in sessions.values():  # warm-up: the first chunk and question pay for lazy initialisation
         for i in range(args.chunk_frames):
-            session.add_frame(clip.frame(i), stamp=float(i))
+            session.add_frame(world.world_frame(i), stamp=float(i))
         session.ask(QUESTION, max_new_tokens=2)
         session.reset()
     return sessions
@@ -57,7 +58,7 @@ def run(model: str, policies: list[str], args) -> list[dict]:
             chunk_ms[p].clear()
             compress_ms[p].clear()
         while frames_seen < length:
-            batch = [(clip.frame(frames_seen + i), float(frames_seen + i))
+            batch = [(world.world_frame(frames_seen + i), float(frames_seen + i))
                      for i in range(min(args.chunk_frames, length - frames_seen))]
             frames_seen += len(batch)
             for p, session in sessions.items():

@@ -35,7 +35,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from streamcache_ros import clip  # noqa: E402
+from streamcache_ros import world  # noqa: E402
 from streamcache_ros.engine.adapters import load_adapter, load_image_processor  # noqa: E402
 from streamcache_ros.engine.adapters.llava_onevision import LlavaOnevisionAdapter  # noqa: E402
 from streamcache_ros.engine.adapters.onnx_export import export_vision_encoder, quiet_exporter_logs  # noqa: E402
@@ -96,10 +96,9 @@ def realistic_llava(layers: int) -> LlavaOnevisionAdapter:
 
 
 def chunk_frames(count: int, size: tuple[int, int]) -> list[np.ndarray]:
-    from PIL import Image  # noqa: PLC0415
-
+    """``count`` frames of the fixed shape-world stream drawn at ``size`` (width, height)."""
     width, height = size
-    return [np.asarray(Image.fromarray(f).resize((width, height), Image.BICUBIC)) for f in clip.clip(count)]
+    return list(world.world_frames(count, height=height, width=width))
 
 
 def _sync(device: str) -> None:

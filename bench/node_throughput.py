@@ -7,8 +7,8 @@ alone and while a client asks questions back to back; the question latency meanw
 Real processes on a ROS domain of their own: the node (tiny Qwen2.5-VL unless --model), a lock-step
 replay (every frame sampled: sample_fps = the bag's rate; nothing dropped, so the rate is what the
 node takes in, limited by encoding, prefill and compression), and a client in this process. Phase 1
-replays the bag alone; phase 2 replays a second bag (the clip's next frames, later stamps) while the
-client asks one question after another. Frames per second are counted from the node's frame
+replays the bag alone; phase 2 replays a second bag (the next frames of the fixed world stream,
+docs/world.md, with later stamps) while the client asks one question after another. Frames per second are counted from the node's frame
 acknowledgements (first to last). Prints a table; writes bench/results/node_throughput.json.
 """
 from __future__ import annotations
@@ -97,7 +97,7 @@ def measure(policy: str, args, bags, tokens_per_unit: int, work: pathlib.Path) -
 
 def main(argv=None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    from streamcache_ros import clip  # noqa: PLC0415
+    from streamcache_ros import world  # noqa: PLC0415
     from streamcache_ros.tools import bagfile  # noqa: PLC0415
     from streamcache_ros.engine import load_adapter  # noqa: PLC0415
 
@@ -107,7 +107,7 @@ def main(argv=None) -> int:
             bagfile.make_bag(work / "bag2", frames=args.frames, fps=args.fps, topic=CAM, first_frame=args.frames,
                              start_ns=bagfile.DEFAULT_START_NS + args.frames * period_ns)]
     adapter = load_adapter(args.model, device="cpu", dtype="float32")
-    tokens_per_unit = adapter.preprocess(list(clip.clip(2))).tokens_per_unit
+    tokens_per_unit = adapter.preprocess(list(world.world_frames(2))).tokens_per_unit
     rows = []
     for policy in args.policies:
         rows.append(measure(policy, args, bags, tokens_per_unit, work))

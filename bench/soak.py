@@ -112,14 +112,14 @@ def client_main(args) -> int:
 
 # -- the driver -------------------------------------------------------------------------------------
 def run(args) -> dict:
-    from streamcache_ros import clip  # noqa: PLC0415
+    from streamcache_ros import world  # noqa: PLC0415
     from streamcache_ros.tools import bagfile  # noqa: PLC0415
     from streamcache_ros.engine import load_adapter  # noqa: PLC0415
 
     work = pathlib.Path(tempfile.mkdtemp(prefix="streamcache-soak-"))
     bag = bagfile.make_bag(work / "bag", frames=args.frames, fps=args.fps, topic=CAM)
     tokens_per_unit = load_adapter("tiny-qwen2_5_vl", device="cpu", dtype="float32").preprocess(
-        list(clip.clip(2, height=120, width=160))).tokens_per_unit
+        list(world.world_frames(2, height=120, width=160))).tokens_per_unit
     params = {"camera_topics": f"['{CAM}']", "policy": args.policy, "budget_tokens": args.budget_units * tokens_per_unit,
               "sample_fps": args.fps, "chunk_frames": args.chunk_frames, "max_new_tokens": args.max_new_tokens,
               "model_path": "tiny-qwen2_5_vl", "device": "cpu", "dtype": "float32",

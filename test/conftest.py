@@ -1,4 +1,5 @@
-"""Shared fixtures: the bundled tiny models (loaded once per test session) and clip frames."""
+"""Shared fixtures: the bundled tiny models (loaded once per test session) and camera frames
+(one fixed shape-world stream, docs/world.md)."""
 from __future__ import annotations
 
 import json
@@ -18,7 +19,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
-from streamcache_ros import clip  # noqa: E402
+from streamcache_ros import world  # noqa: E402
 from streamcache_ros.engine import load_adapter  # noqa: E402
 from streamcache_ros.engine.adapters import ADAPTERS  # noqa: E402
 from streamcache_ros.engine.models import BUNDLED_DIR  # noqa: E402
@@ -43,8 +44,8 @@ def llava_adapter():
 
 @pytest.fixture
 def frames():
-    """frames(n, start=0) -> list of RGB uint8 clip frames."""
-    return lambda n, start=0: list(clip.clip(n, start=start))
+    """frames(n, start=0) -> list of RGB uint8 160x120 frames of the fixed world stream."""
+    return lambda n, start=0: list(world.world_frames(n, start=start))
 
 
 def family_traits(family: str):

@@ -73,8 +73,8 @@ def test_cached_path_equals_full_recompute(adapter, frames):
     """Prefix, two chunks and a question through the ``full`` cache give the logits transformers
     computes over the same tokens and positions in one pass."""
     session = Session(adapter, make_policy("full"), SessionConfig(chunk_frames=4))
-    clip = frames(8)
-    for i, frame in enumerate(clip):
+    video = frames(8)
+    for i, frame in enumerate(video):
         session.add_frame(frame, stamp=float(i))
     policy = session.policy
     positions_before_question = policy.layers[0].positions.clone()
@@ -86,7 +86,7 @@ def test_cached_path_equals_full_recompute(adapter, frames):
 
     with torch.inference_mode():
         prefix = adapter.embed_text(adapter.prefix_ids)
-        chunks = [adapter.encode(adapter.preprocess(clip[i:i + 4]))[None] for i in (0, 4)]
+        chunks = [adapter.encode(adapter.preprocess(video[i:i + 4]))[None] for i in (0, 4)]
         embeds = torch.cat([prefix, *chunks, adapter.embed_text(ids)], dim=1)
     assert embeds.shape[1] == all_positions.shape[1]
     # positions: text continues at max + 1 after the video (the chunk-start rule)

@@ -1,5 +1,5 @@
-"""The demo / test bag: written with rosbags (sqlite3 and mcap), read back with the clip's pixels and
-the stamps it was made with; the same bytes every time."""
+"""The demo / test bag: written with rosbags (sqlite3 and mcap), read back with the fixed world
+stream's pixels (docs/world.md) and the stamps it was made with; the same bytes every time."""
 import io
 
 import numpy as np
@@ -7,16 +7,17 @@ import pytest
 from PIL import Image as PILImage
 from rosbags.highlevel import AnyReader
 
-from streamcache_ros import clip
+from streamcache_ros import world
 from streamcache_ros.tools import bagfile
 
 START = bagfile.DEFAULT_START_NS
+WIDTH, HEIGHT = 128, 96  # the smallest 4:3 frame the shape world draws (docs/world.md)
 
 
 @pytest.mark.parametrize("storage", ["sqlite3", "mcap"])
-def test_bag_holds_the_clip_with_its_stamps(tmp_path, storage):
-    path = bagfile.make_bag(tmp_path / "bag", frames=6, fps=4.0, width=32, height=24, storage=storage,
-                            compressed=True)
+def test_bag_holds_the_world_frames_with_their_stamps(tmp_path, storage):
+    path = bagfile.make_bag(tmp_path / "bag", frames=6, fps=4.0, width=WIDTH, height=HEIGHT, storage=storage,
+                            compressed=True, first_frame=10)
     assert bagfile.image_topics(path) == {"/camera/image_raw": bagfile.IMAGE,
                                           "/camera/image_raw/compressed": bagfile.COMPRESSED}
     messages = list(bagfile.read_images(path))
@@ -30,14 +31,15 @@ def test_bag_holds_the_clip_with_its_stamps(tmp_path, storage):
         for i, (connection, _, data) in enumerate(
                 (c, t, d) for c, t, d in reader.messages() if c.topic == "/camera/image_raw"):
             msg = reader.deserialize(data, connection.msgtype)
-            assert (msg.encoding, msg.width, msg.height, msg.step) == ("rgb8", 32, 24, 96)
-            np.testing.assert_array_equal(msg.data.reshape(24, 32, 3), clip.frame(i, 24, 32))
+            assert (msg.encoding, msg.width, msg.height, msg.step) == ("rgb8", WIDTH, HEIGHT, WIDTH * 3)
+            np.testing.assert_array_equal(msg.data.reshape(HEIGHT, WIDTH, 3), world.world_frame(10 + i, HEIGHT, WIDTH))
             assert msg.header.stamp.sec * 10**9 + msg.header.stamp.nanosec == raw[i].stamp_ns
     with AnyReader([path]) as reader:
         first_png = next(d for c, _, d in reader.messages() if c.topic.endswith("/compressed"))
         msg = reader.deserialize(first_png, bagfile.COMPRESSED)
         assert msg.format == "png"
-        np.testing.assert_array_equal(np.asarray(PILImage.open(io.BytesIO(msg.data.tobytes()))), clip.frame(0, 24, 32))
+        np.testing.assert_array_equal(np.asarray(PILImage.open(io.BytesIO(msg.data.tobytes()))),
+                                      world.world_frame(10, HEIGHT, WIDTH))
 
 
 def test_the_bag_is_deterministic(tmp_path):
@@ -56,6 +58,10 @@ def test_topic_selection_and_errors(tmp_path):
     assert bagfile.make_bag(path, frames=1, overwrite=True) == path
     with pytest.raises(ValueError):
         bagfile.make_bag(tmp_path / "x", storage="rosbag1")
+    with pytest.raises(ValueError, match="outside 96..1280 px"):  # a size the world does not draw
+        bagfile.make_bag(tmp_path / "tiny", width=32, height=24)
+    assert not (tmp_path / "tiny").exists()
+    assert bagfile.main([str(tmp_path / "square"), "--width", "120", "--height", "120"]) == 2  # aspect 1:1
 
 
 def test_header_stamp_is_read_from_the_cdr_bytes():

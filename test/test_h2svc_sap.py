@@ -12,7 +12,7 @@ import pytest
 import torch
 from PIL import Image
 
-from streamcache_ros import clip
+from streamcache_ros import world
 from streamcache_ros.engine.cache.sap import (HeadMap, TadAccumulator, frame_attention, head_scores, min_max,
                                               pool_query_heads, split_banks, split_counts, split_layers)
 from streamcache_ros.tools.profile_heads import (AttentionRecorder, cut_videos, image_message_to_rgb, main,
@@ -183,7 +183,7 @@ def reference_tads(attentions, units, first_question_token, num_frames):
 
 
 def test_profile_equals_tads_from_transformers_attention_weights(adapter):
-    frames = list(clip.clip(3 * adapter.frames_per_unit))
+    frames = list(world.world_frames(3 * adapter.frames_per_unit))
     question = "what moved?"
     recorder = AttentionRecorder(block_rows=5)
     recorder.setup(adapter.geometry())
@@ -258,7 +258,7 @@ def _write_bag(path, frames, fps):
 
 def test_profile_command_on_a_rosbag(tmp_path):
     bag = tmp_path / "bag"
-    _write_bag(bag, list(clip.clip(12)), fps=2.0)  # sampled at 1 fps: frames 0, 2, 4, ...
+    _write_bag(bag, list(world.world_frames(12)), fps=2.0)  # sampled at 1 fps: frames 0, 2, 4, ...
     out = tmp_path / "map.json"
     assert main(["--model", "tiny-llava_onevision", "--input", str(bag), "--output", str(out), "--units", "3",
                  "--videos", "4", "--device", "cpu", "--dtype", "float32"]) == 0
@@ -269,7 +269,7 @@ def test_profile_command_on_a_rosbag(tmp_path):
 
 
 def test_profile_command_on_frame_folders_and_a_gif(tmp_path):
-    frames = list(clip.clip(8))
+    frames = list(world.world_frames(8))
     for video in ("a", "b"):
         (tmp_path / "videos" / video).mkdir(parents=True)
         for i, frame in enumerate(frames):

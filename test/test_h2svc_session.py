@@ -38,11 +38,11 @@ def test_banks_that_hold_everything_equal_the_full_cache(adapter, frames):
     must give the logits of the plain full cache (itself checked against transformers)."""
     full = Session(adapter, make_policy("full"), SessionConfig(chunk_frames=4))
     banked = Session(adapter, policy_for(adapter, "h2svc", **EVERYTHING), SessionConfig(chunk_frames=4))
-    clip = frames(12)
-    feed(full, clip[:6], camera="left")
-    feed(banked, clip[:6], camera="left")
-    feed(full, clip[6:], camera="right")
-    feed(banked, clip[6:], camera="right")
+    video = frames(12)
+    feed(full, video[:6], camera="left")
+    feed(banked, video[:6], camera="left")
+    feed(full, video[6:], camera="right")
+    feed(banked, video[6:], camera="right")
     full.flush(), banked.flush()
     assert banked.status().cache.kv_tokens == full.status().cache.kv_tokens
     torch.testing.assert_close(question_logits(adapter, banked.policy), question_logits(adapter, full.policy),

@@ -195,10 +195,10 @@ def test_cached_keys_after_eager_reindexing_equal_keys_computed_at_the_new_posit
     adapter = request.getfixturevalue("qwen_adapter" if "qwen" in family else "llava_adapter")
     policy = make_policy("hermes", budget_tokens=BUDGET, reindex="eager", qwen_reindex=qwen_reindex)
     session = Session(adapter, policy, SessionConfig(chunk_frames=4))
-    clip = frames(32)
-    reports = list(feed(session, clip))
+    video = frames(32)
+    reports = list(feed(session, video))
     assert sum(r.compress_info["reindexed"] for r in reports) >= 4
-    raw = _layer0_raw_keys(adapter, [clip[i:i + 4] for i in range(0, 32, 4)])
+    raw = _layer0_raw_keys(adapter, [video[i:i + 4] for i in range(0, 32, 4)])
     store = policy.layers[0]
     rotary = policy.geometry.rotary
     checked = 0

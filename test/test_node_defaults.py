@@ -9,7 +9,7 @@ from sensor_msgs.msg import Image
 from std_msgs.msg import Header
 
 from node_procs import Probe, Proc, child_env, client_of, new_domain, python_module, stamp_ns
-from streamcache_ros import clip
+from streamcache_ros import world
 
 S = 1_000_000_000
 DEFAULT_POLICY = "hermes"
@@ -49,8 +49,8 @@ def test_defaults_without_diagnostic_updater(node, client, domain):
         camera = probe.node.create_publisher(Image, "/camera/image_raw", QoSProfile(depth=10))
         probe.wait_for(lambda: camera.get_subscription_count() > 0, what="the node's subscription")
         for i in range(3):
-            rgb = clip.frame(i, 48, 64)
-            msg = Image(height=48, width=64, encoding="rgb8", step=64 * 3)
+            rgb = world.world_frame(i, 96, 128)  # the smallest 4:3 frame the shape world draws
+            msg = Image(height=96, width=128, encoding="rgb8", step=128 * 3)
             msg.header.stamp.sec = 100 + i
             msg.data = rgb.tobytes()
             camera.publish(msg)

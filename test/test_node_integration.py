@@ -23,13 +23,14 @@ from streamcache_ros_interfaces.msg import MemoryStatus
 
 from node_procs import (HANG_GUARD_S, ROOT, Probe, Proc, child_env, client_of, new_domain, python_module,
                         replay_lock_step, stamp_ns, tiny_node)
-from streamcache_ros import clip
+from streamcache_ros import world
 from streamcache_ros.tools import bagfile
 
 NS = "/sc_it"
 CAM, CAM_PNG = "/it/cam", "/it/cam/compressed"
 START = bagfile.DEFAULT_START_NS
 S = 1_000_000_000
+SMALL_FRAME = (96, 128)  # height, width: the smallest 4:3 frame the shape world draws (docs/world.md)
 KEPT_UNITS = 8  # budget_tokens = 8 units x tokens per unit: the newest 16 frames
 RELIABLE = QoSProfile(depth=1000, reliability=QoSReliabilityPolicy.RELIABLE)
 
@@ -45,7 +46,7 @@ def domain():
 
 @pytest.fixture(scope="module")
 def geometry(qwen_adapter):
-    units = qwen_adapter.preprocess(list(clip.clip(2))).tokens_per_unit
+    units = qwen_adapter.preprocess(list(world.world_frames(2))).tokens_per_unit
     return {"tokens_per_unit": units, "prefix": len(qwen_adapter.prefix_ids), "budget": KEPT_UNITS * units}
 
 
@@ -193,7 +194,7 @@ def test_a_compressed_camera(client, domain, bags):
 
 
 def image(stamp, encoding="rgb8", rgb=None, step_extra=0, step=None, data=None):
-    rgb = clip.frame(0, 24, 32) if rgb is None else rgb
+    rgb = world.world_frame(0, *SMALL_FRAME) if rgb is None else rgb
     h, w = rgb.shape[:2]
     pixels = {"rgb8": rgb, "bgr8": rgb[:, :, ::-1], "mono8": rgb[:, :, :1], "mono16": np.zeros((h, w, 2), np.uint8),
               "yuv422": np.zeros((h, w, 2), np.uint8)}[encoding]
@@ -229,7 +230,7 @@ def test_bad_images_are_rejected_and_counted_while_good_ones_flow(client, probe)
         (image(t), "good"),
         (image(t + S, "yuv422"), "encoding"),  # due, but rejected: its slot stays open ...
         (image(t + S + S // 5, "bgr8"), "good"),  # ... for this frame of the same second
-        (image(t + 2 * S, step=32 * 3 - 1), "step"),
+        (image(t + 2 * S, step=SMALL_FRAME[1] * 3 - 1), "step"),
         (image(t + 2 * S + S // 2, data=b""), "empty"),
         (image(t + 3 * S, data=bytes(100)), "size"),
         (image(t + 3 * S + S // 10, step_extra=7), "good"),  # padded rows are fine
@@ -270,7 +271,7 @@ def test_questions_while_frames_arrive_nothing_is_lost(client, domain, bags, pro
     assert client.reset().success
     before = client.memory_status()
     first_ack = len(probe.acks)
-    start = START + 20 * S  # the "busy" bag: clip frames 40.., stamps START + 20 s + i / 2 fps
+    start = START + 20 * S  # the "busy" bag: world frames 40.., stamps START + 20 s + i / 2 fps
     replayer = Proc(python_module("streamcache_ros.tools.replay", str(bags["busy"]), "--lock-step", "--rate", "6",
                                   "--namespace", NS, "--topics", CAM), child_env(domain))
     answers = []

@@ -26,7 +26,7 @@ from streamcache_ros_interfaces.srv import Ask
 from node_procs import (HANG_GUARD_S, Probe, Proc, child_env, client_of, new_domain, replay_lock_step,
                         stamp_ns, tiny_node)
 from raw_ros import request_with_raw_first_string
-from streamcache_ros import clip
+from streamcache_ros import world
 from streamcache_ros.tools import bagfile
 from streamcache_ros.client.client import StreamCacheClient
 from test_reliability_session import assert_same
@@ -35,6 +35,7 @@ NS = "/sc_rel"
 CAM, CAM_PNG = "/rel/cam", "/rel/cam/compressed"
 START = bagfile.DEFAULT_START_NS
 S = 1_000_000_000
+WIDTH, HEIGHT = 128, 96  # the smallest 4:3 frame the shape world draws (docs/world.md)
 FAULTS = "chunk:2=oom,compress:4=error,question:2=oom"
 RELIABLE = QoSProfile(depth=1000, reliability=QoSReliabilityPolicy.RELIABLE)
 
@@ -58,7 +59,7 @@ def domain():
 
 @pytest.fixture(scope="module")
 def budget(qwen_adapter):
-    return 8 * qwen_adapter.preprocess(list(clip.clip(2))).tokens_per_unit
+    return 8 * qwen_adapter.preprocess(list(world.world_frames(2))).tokens_per_unit
 
 
 @pytest.fixture(scope="module")
@@ -143,7 +144,7 @@ def test_faults_mid_chunk_and_mid_question_are_survived(client, domain, bags, pr
     assert "TEST faults are being injected" in log and node.alive()
 
 
-def image(stamp, encoding="rgb8", width=32, height=24, step=None, data=None):
+def image(stamp, encoding="rgb8", width=WIDTH, height=HEIGHT, step=None, data=None):
     bpp = {"rgb8": 3, "16UC1": 2, "mono16": 2, "32FC1": 4, "yuv422": 2}[encoding]
     msg = Image(height=height, width=width, encoding=encoding, step=width * bpp if step is None else step)
     msg.header.stamp.sec, msg.header.stamp.nanosec = divmod(stamp, S)
@@ -189,8 +190,8 @@ def test_bad_images_leave_the_memory_untouched(client, probe, tmp_path):
         (image(t + 2 * S, "mono16"), "depth"),
         (image(t + 3 * S, "32FC1"), "depth"),
         (image(t + 4 * S, "yuv422"), "encoding"),
-        (image(t + 5 * S, step=32 * 3 - 1, data=bytes(95 * 24)), "step"),
-        (image(t + 6 * S, data=bytes(32 * 3 * 24 - 7)), "size"),  # truncated
+        (image(t + 5 * S, step=WIDTH * 3 - 1, data=bytes((WIDTH * 3 - 1) * HEIGHT)), "step"),
+        (image(t + 6 * S, data=bytes(WIDTH * 3 * HEIGHT - 7)), "size"),  # truncated
         (image(t + 7 * S, width=0, height=0, data=b""), "empty"),
         (image(t + 8 * S, width=0, data=bytes(10)), "dimensions"),
         (bad_utf8, "encoding"),
@@ -221,7 +222,7 @@ def test_bad_images_leave_the_memory_untouched(client, probe, tmp_path):
         for reason in {r for _, r in cases}:
             assert int(values[f"Rejected: {reason}"]) >= sum(r == reason for _, r in cases), (topic, reason)
 
-    good = image(t + 30 * S, data=clip.frame(0, 24, 32).tobytes())
+    good = image(t + 30 * S, data=world.world_frame(0, HEIGHT, WIDTH).tobytes())
     publish_acked(probe, probe.camera, CAM, good, t + 30 * S)
     answer = client.ask("What is there?", camera=CAM)
     assert answer.success and answer.frames_in_memory == 1  # the node still takes frames
@@ -304,7 +305,7 @@ def test_a_camera_going_silent_is_warn_then_error(client, probe):
     """Frames stamped now at 4 Hz for 3 s, then none: the camera's status turns WARN ("silent"),
     then ERROR (the rate task's window runs empty), in that order."""
     for i in range(12):
-        msg = image(time.time_ns(), data=clip.frame(i, 24, 32).tobytes())
+        msg = image(time.time_ns(), data=world.world_frame(i, HEIGHT, WIDTH).tobytes())
         probe.camera.publish(msg)
         time.sleep(0.25)
     mark = len(probe.diagnostics)

@@ -23,16 +23,16 @@ from conftest import ROOT, make_variant
 
 EMBED_ATOL = 1e-4
 LOGIT_ATOL = 1e-3
-CLIP_SIZE = (160, 120)  # streamcache_ros.clip frames: width x height
+FRAME_SIZE = (160, 120)  # the frames fixture (conftest.py): width x height
 
 
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory, qwen_adapter, llava_adapter):
-    """family -> export directory, both exported for the clip's frame size."""
+    """family -> export directory, both exported for the frames fixture's size."""
     out = {}
     for adapter in (qwen_adapter, llava_adapter):
         directory = tmp_path_factory.mktemp(adapter.family)
-        export_vision_encoder(adapter, directory, frame_size=CLIP_SIZE)
+        export_vision_encoder(adapter, directory, frame_size=FRAME_SIZE)
         out[adapter.family] = directory
     return out
 
@@ -186,7 +186,7 @@ def test_encoder_from_another_model_or_config_is_refused(tmp_path, exported, qwe
     # the same weights under another config (one text-model constant changed)
     variant = make_variant(tmp_path, "tiny-qwen2_5_vl", rms_norm_eps=1e-4)
     variant_adapter = load_adapter(variant, device="cpu", dtype="float32")
-    export_vision_encoder(variant_adapter, tmp_path / "variant-enc", frame_size=CLIP_SIZE)
+    export_vision_encoder(variant_adapter, tmp_path / "variant-enc", frame_size=FRAME_SIZE)
     with pytest.raises(ConfigError) as err:
         load_adapter("tiny-qwen2_5_vl", device="cpu", dtype="float32", vision_backend="onnxruntime",
                      vision_onnx_path=str(tmp_path / "variant-enc"))

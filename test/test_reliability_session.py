@@ -72,16 +72,16 @@ def fail_on_forward(chunk_attempt, forward_index, exception):
 
 @pytest.mark.parametrize("policy", list(POLICIES))
 def test_a_fault_in_the_last_prefill_step_leaves_the_cache_as_if_the_chunk_never_came(qwen_adapter, frames, policy):
-    clip = frames(3 * CHUNK)
+    video = frames(3 * CHUNK)
     faulty = session_for(qwen_adapter, policy)
     forwards = 2 if faulty.policy.prefill_unit_by_unit else 1  # the last one: every earlier step is done
     with failpoints.armed(prefill=fail_on_forward(2, forwards, RuntimeError("simulated fault"))):
-        errors = feed(faulty, clip, 0.0)
+        errors = feed(faulty, video, 0.0)
     assert len(errors) == 1 and not errors[0].kept and "dropped: RuntimeError: simulated fault" in str(errors[0])
 
     clean = session_for(qwen_adapter, policy)
-    feed(clean, clip[:CHUNK], 0.0)
-    feed(clean, clip[2 * CHUNK:], 2.0 * CHUNK)  # the same frames and stamps, without the failed chunk
+    feed(clean, video[:CHUNK], 0.0)
+    feed(clean, video[2 * CHUNK:], 2.0 * CHUNK)  # the same frames and stamps, without the failed chunk
     assert_same(faulty.policy.state_dict(), clean.policy.state_dict())
     assert faulty.units == clean.units  # unit ids, stamps, cameras and chunk ids
     status = faulty.status()
@@ -95,16 +95,16 @@ def test_cuda_out_of_memory_mid_chunk_drops_the_chunk_and_frees_the_allocator(qw
     released = []
     monkeypatch.setattr(torch.cuda, "empty_cache", lambda: released.append(1))
     session = session_for(qwen_adapter, "fifo")
-    clip = frames(3 * CHUNK)
+    video = frames(3 * CHUNK)
     with FaultPlan.parse("chunk:2=oom").armed():
-        feed(session, clip[:CHUNK], 0.0)
+        feed(session, video[:CHUNK], 0.0)
         before = snapshot(session, tmp_path / "before.pt")
-        errors = feed(session, clip[CHUNK:2 * CHUNK], float(CHUNK))
+        errors = feed(session, video[CHUNK:2 * CHUNK], float(CHUNK))
     assert len(errors) == 1 and errors[0].out_of_memory and not errors[0].kept
     assert "OutOfMemoryError: CUDA out of memory" in str(errors[0]) and "lower budget_tokens" in str(errors[0])
     assert released == [1]
     assert_same(before, snapshot(session, tmp_path / "after.pt"))
-    assert feed(session, clip[2 * CHUNK:], 2.0 * CHUNK) == []  # ingest continues
+    assert feed(session, video[2 * CHUNK:], 2.0 * CHUNK) == []  # ingest continues
     assert session.status().chunks_encoded == 2 and session.status().chunks_failed == 1
 
 
@@ -262,8 +262,8 @@ def test_ingest_waits_for_one_question_at_most(qwen_adapter, frames):
     goes next: question 2 sees its frames (a question only encodes frames still queued, and the
     chunk had already taken them out of the queue)."""
     session = session_for(qwen_adapter, "full")
-    clip = frames(2 * CHUNK)
-    feed(session, clip[:CHUNK], 0.0)
+    video = frames(2 * CHUNK)
+    feed(session, video[:CHUNK], 0.0)
     in_answer, release, answers = threading.Event(), threading.Event(), {}
 
     def block():  # called before each answer token, the question holding the model
@@ -276,9 +276,9 @@ def test_ingest_waits_for_one_question_at_most(qwen_adapter, frames):
 
     threads = [_start(ask, "first", block)]
     in_answer.wait(60)
-    for i, frame in enumerate(clip[CHUNK:-1]):
+    for i, frame in enumerate(video[CHUNK:-1]):
         session.add_frame(frame, stamp=CHUNK + i, camera="/cam")
-    threads.append(_start(session.add_frame, clip[-1], float(2 * CHUNK - 1), "/cam"))  # completes a chunk
+    threads.append(_start(session.add_frame, video[-1], float(2 * CHUNK - 1), "/cam"))  # completes a chunk
     _until(lambda: session._cache_lock.waiting() == (1, 0), "the chunk waiting")
     threads.append(_start(ask, "second"))
     _until(lambda: session._cache_lock.waiting() == (1, 1), "question 2 waiting")
@@ -292,11 +292,11 @@ def test_ingest_waits_for_one_question_at_most(qwen_adapter, frames):
 
 def test_chunks_failing_in_a_row_are_counted_until_one_goes_through(qwen_adapter, frames):
     session = session_for(qwen_adapter, "fifo")
-    clip = frames(5 * CHUNK)
+    video = frames(5 * CHUNK)
     with FaultPlan.parse("chunk:2=error,encode:3=oom,compress:4=error").armed():
-        errors = feed(session, clip[:4 * CHUNK], 0.0)
+        errors = feed(session, video[:4 * CHUNK], 0.0)
         status = session.status()
         assert len(errors) == 3 and status.chunks_failed == 3 and status.chunks_failed_in_a_row == 3
         assert status.last_chunk_error == str(errors[-1]) and "compressing failed" in status.last_chunk_error
-        assert feed(session, clip[4 * CHUNK:], 4.0 * CHUNK) == []
+        assert feed(session, video[4 * CHUNK:], 4.0 * CHUNK) == []
     assert session.status().chunks_failed_in_a_row == 0 and session.status().chunks_failed == 3

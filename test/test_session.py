@@ -135,10 +135,10 @@ def test_question_before_any_frame(qwen_adapter):
 
 def test_cameras_are_chunked_apart_and_questions_can_pick_one(qwen_adapter, frames):
     session = Session(qwen_adapter, make_policy("full"), SessionConfig(chunk_frames=2))
-    clip = frames(8)
+    video = frames(8)
     for i in range(4):
-        session.add_frame(clip[i], stamp=float(i), camera="/front")
-        session.add_frame(clip[4 + i], stamp=100.0 + i, camera="/wrist")
+        session.add_frame(video[i], stamp=float(i), camera="/front")
+        session.add_frame(video[4 + i], stamp=100.0 + i, camera="/wrist")
     assert {info.camera for info in session.units.values()} == {"/front", "/wrist"}
     front = session.ask("what is there?", camera="/front", max_new_tokens=2)
     assert (front.frames_in_memory, front.oldest_stamp, front.newest_stamp) == (4, 0.0, 3.0)
@@ -219,10 +219,10 @@ def test_reindexed_keys_equal_keys_computed_at_the_new_positions(llava_adapter, 
     computed from scratch at its new position (the rotary delta is exact)."""
     adapter = load_adapter(make_variant(tmp_path, "tiny-llava_onevision", max_position_embeddings=96))
     session = Session(adapter, make_policy("fifo", budget_tokens=32, reindex_margin=40), SessionConfig(chunk_frames=4))
-    clip = frames(40)
+    video = frames(40)
     embeds = {}
     for c in range(10):
-        batch = clip[4 * c:4 * c + 4]
+        batch = video[4 * c:4 * c + 4]
         embeds[c] = adapter.encode(adapter.preprocess(batch))
         feed(session, batch, start_stamp=4.0 * c)
     store = session.policy.layers[0]

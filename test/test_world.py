@@ -181,3 +181,26 @@ def test_frames_render_the_truth():
     jpeg = world.make_stream(3, 4, look=world.Look(320, 240, (30, 40, 50), 0, 0, False, "jpeg", 80))
     assert jpeg.jpeg(0)[:2] == b"\xff\xd8"
     assert np.abs(jpeg.frame(0).astype(int) - jpeg.raw_frame(0).astype(int)).mean() < 4
+
+
+def test_world_frames_are_one_fixed_stream_at_any_allowed_size():
+    """world_frames (the tests', benchmarks' and make_bag's frames): the fixed seed's stream at the
+    size asked for; a frame does not depend on how many are asked, and past one stream's 3600 frames
+    the next seed's stream goes on."""
+    frames = list(world.world_frames(6, start=3, height=96, width=128))
+    assert [f.shape for f in frames] == [(96, 128, 3)] * 6 and frames[0].dtype == np.uint8
+    stream = world.make_stream(world.FIXED_STREAM_SEED, world.FIXED_STREAM_SEGMENT_FRAMES,
+                               look=world.fixed_look(96, 128), still_end=False)
+    for i, frame in enumerate(frames, start=3):
+        assert np.array_equal(frame, stream.frame(i)) and np.array_equal(frame, world.world_frame(i, 96, 128))
+    assert world.world_frame(0).shape == (120, 160, 3)  # the default size: 160x120
+    assert not np.array_equal(frames[0], frames[1])  # sensor noise: no two frames alike
+    past = world.FIXED_STREAM_SEGMENT_FRAMES + 5
+    following = world.make_stream(world.FIXED_STREAM_SEED + 1, world.FIXED_STREAM_SEGMENT_FRAMES,
+                                  look=world.fixed_look(96, 128), still_end=False)
+    assert np.array_equal(world.world_frame(past, 96, 128), following.frame(5))
+    for height, width in ((24, 32), (120, 120), (96, 200)):  # too small, 1:1, wider than 16:9
+        with pytest.raises(ValueError):
+            world.world_frame(0, height, width)
+    with pytest.raises(ValueError):
+        world.world_frame(-1)

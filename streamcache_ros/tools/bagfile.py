@@ -1,12 +1,14 @@
 """rosbag2 files of camera images, written and read with the pure-Python ``rosbags`` package.
 
     streamcache-make-bag data/demo_bag                      # the demo / test bag (deterministic)
-    streamcache-make-bag /tmp/clip --storage mcap --frames 600 --fps 10 --compressed
+    streamcache-make-bag /tmp/frames --storage mcap --frames 600 --fps 10 --compressed
     streamcache-make-bag /tmp/world --world --seed 7 --frames 512 --ask-at 32 64 128
 
-The bag holds the synthetic clip (streamcache_ros/clip.py: moving coloured shapes, scene changes)
-as sensor_msgs/Image (rgb8) on /camera/image_raw, stamped from a fixed start so every run makes the
-same bytes; ``--compressed`` adds sensor_msgs/CompressedImage (PNG) on /camera/image_raw/compressed.
+The bag holds frames of one fixed shape-world stream (docs/world.md: coloured shapes that appear,
+leave, move and change colour; ``world.world_frames``) as sensor_msgs/Image (rgb8) on
+/camera/image_raw, stamped from a fixed start so every run makes the same bytes; ``--compressed``
+adds sensor_msgs/CompressedImage (PNG) on /camera/image_raw/compressed. ``--world`` writes a seeded
+stream of its own with its questions instead (``make_world_bag``).
 No rclpy here: ``streamcache-replay`` (node/replay.py) publishes what ``read_images`` yields.
 """
 from __future__ import annotations
@@ -23,7 +25,7 @@ from typing import Iterator
 
 import numpy as np
 
-from .. import clip
+from .. import world
 
 IMAGE = "sensor_msgs/msg/Image"
 COMPRESSED = "sensor_msgs/msg/CompressedImage"
@@ -51,13 +53,16 @@ def _png(rgb: np.ndarray) -> bytes:
 def make_bag(path: str | pathlib.Path, frames: int = 120, fps: float = 2.0, width: int = 160, height: int = 120,
              topic: str = DEFAULT_TOPIC, storage: str = "sqlite3", start_ns: int = DEFAULT_START_NS,
              compressed: bool = False, first_frame: int = 0, overwrite: bool = False) -> pathlib.Path:
-    """Write ``frames`` clip frames at ``fps`` (stamps start_ns + i / fps) to a new bag at ``path``."""
+    """Write ``frames`` frames of the fixed world stream, from its frame ``first_frame``, at ``fps``
+    (stamps start_ns + i / fps) to a new bag at ``path``. The size must be one the world draws
+    (docs/world.md: 96..1280 px, aspect 4:3..16:9)."""
     from rosbags.rosbag2 import StoragePlugin, Writer  # noqa: PLC0415
 
     if storage not in STORAGES:
         raise ValueError(f"storage must be one of {STORAGES}, got '{storage}'")
     if frames < 1 or fps <= 0:
         raise ValueError("frames must be >= 1 and fps > 0")
+    world.fixed_look(height, width)  # a size the world cannot draw fails here, before the bag exists
     path = pathlib.Path(path)
     if path.exists():
         if not overwrite:
@@ -70,7 +75,7 @@ def make_bag(path: str | pathlib.Path, frames: int = 120, fps: float = 2.0, widt
     with Writer(path, version=9, storage_plugin=plugin) as writer:
         raw_conn = writer.add_connection(topic, IMAGE, typestore=store)
         png_conn = writer.add_connection(topic + "/compressed", COMPRESSED, typestore=store) if compressed else None
-        for i, rgb in enumerate(clip.clip(frames, height=height, width=width, start=first_frame)):
+        for i, rgb in enumerate(world.world_frames(frames, first_frame, height, width)):
             stamp_ns = start_ns + int(round(i * 1e9 / fps))
             header = Header(stamp=Time(sec=stamp_ns // 1_000_000_000, nanosec=stamp_ns % 1_000_000_000),
                             frame_id="camera")
@@ -107,8 +112,6 @@ def make_world_bag(path: str | pathlib.Path, seed: int, frames: int, ask_at=(), 
     every question whose precondition holds after each of ``ask_at`` frames and at the end, with
     its true option, so a replay can be scored."""
     from rosbags.rosbag2 import StoragePlugin, Writer  # noqa: PLC0415
-
-    from .. import world  # noqa: PLC0415
 
     if storage not in STORAGES:
         raise ValueError(f"storage must be one of {STORAGES}, got '{storage}'")
@@ -193,7 +196,8 @@ def read_images(path: str | pathlib.Path, topics: list[str] | None = None) -> It
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="streamcache-make-bag",
-                                     description="Write the synthetic clip to a rosbag2 (sqlite3 or mcap).")
+                                     description="Write frames of the fixed shape-world stream, or a seeded world "
+                                                 "stream with its questions, to a rosbag2 (sqlite3 or mcap).")
     parser.add_argument("path", help="the bag directory to create")
     parser.add_argument("--frames", type=int, default=120)
     parser.add_argument("--fps", type=float, default=2.0, help="camera rate: stamps are 1/fps apart")
@@ -216,8 +220,6 @@ def main(argv: list[str] | None = None) -> int:
         if args.world:
             look = None
             if args.encoding or "--width" in (argv or sys.argv) or "--height" in (argv or sys.argv):
-                from .. import world  # noqa: PLC0415
-
                 drawn = world.random_look(np.random.default_rng((args.seed, 0)))
                 look = world.Look(**{**drawn.__dict__, "width": args.width, "height": args.height,
                                      "encoding": args.encoding or drawn.encoding})

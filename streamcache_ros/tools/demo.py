@@ -41,15 +41,20 @@ def default_bag() -> pathlib.Path:
     return pathlib.Path.home() / ".cache" / "streamcache_ros" / "demo_bag"
 
 
-def make_demo_bag(path: pathlib.Path) -> pathlib.Path:
+def demo_look():
+    """The demo stream's look: the one its seed draws, at DEMO_SIZE, rgb8."""
     import numpy as np  # noqa: PLC0415
 
     from .. import world  # noqa: PLC0415
-    from .bagfile import make_world_bag  # noqa: PLC0415
 
     drawn = world.random_look(np.random.default_rng((DEMO_SEED, 0)))
-    look = world.Look(**{**drawn.__dict__, "width": DEMO_SIZE[0], "height": DEMO_SIZE[1], "encoding": "rgb8"})
-    return make_world_bag(path, DEMO_SEED, DEMO_FRAMES, look=look, overwrite=True)
+    return world.Look(**{**drawn.__dict__, "width": DEMO_SIZE[0], "height": DEMO_SIZE[1], "encoding": "rgb8"})
+
+
+def make_demo_bag(path: pathlib.Path) -> pathlib.Path:
+    from .bagfile import make_world_bag  # noqa: PLC0415
+
+    return make_world_bag(path, DEMO_SEED, DEMO_FRAMES, look=demo_look(), overwrite=True)
 
 
 def ensure_bag(path: pathlib.Path) -> None:
