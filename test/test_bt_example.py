@@ -157,14 +157,16 @@ def test_answers_and_branches_on_the_text(client, domain, frames):
 
 
 WORLD_NS = "/sc_bt_world"
+WORLD_CAM = "/bt/world_cam"  # a camera of its own: the world bag must not reach the other node
 
 
 @pytest.fixture(scope="module")
 def world_client(domain, tmp_path_factory):
     """A node with the bundled world model (docs/world-models.md) and a world stream in its memory:
     its answers name the options of the world's questions."""
-    bag = bagfile.make_world_bag(tmp_path_factory.mktemp("bags") / "world", seed=800_000_321, frames=16, topic=CAM)
-    node = tiny_node(WORLD_NS, [CAM], model_path="world-qwen2_5_vl", policy="hermes", budget_tokens=0)
+    bag = bagfile.make_world_bag(tmp_path_factory.mktemp("bags") / "world", seed=800_000_321, frames=16,
+                                 topic=WORLD_CAM)
+    node = tiny_node(WORLD_NS, [WORLD_CAM], model_path="world-qwen2_5_vl", policy="hermes", budget_tokens=0)
     with Proc(node, child_env(domain)) as proc, client_of(proc, domain, WORLD_NS) as client:
         replay_lock_step(domain, bag, WORLD_NS, "--fast")
         yield client, bagfile.read_world_questions(bag)

@@ -20,7 +20,7 @@ pytestmark = needs_install
 NS = "sc_cli"
 CAMERA = "/sc_cli_cam/image_raw"
 # differ from config/streamcache.yaml (= the node's defaults), so a value seen came from this file
-BUDGET_TOKENS, SAMPLE_FPS = 48, 2.0
+BUDGET_TOKENS, SAMPLE_FPS = 24, 2.0  # 24 tokens: 4 units of 2 frames on the bundled world model
 BAG_FRAMES, BAG_FPS = 16, 2.0
 
 
@@ -72,7 +72,7 @@ def test_service_call_ask(launched):
                "{question: 'what do you see?'}")
     response = out.split("response:", 1)[1]
     assert "Ask_Response(success=True" in response, out
-    # 16 frames at 2 fps, all sampled at the file's 2 fps; its 48-token budget keeps the last 8
+    # 16 frames at 2 fps, all sampled at the file's 2 fps; its 24-token budget keeps the last 8
     assert re.search(r"\bframes_in_memory=(\d+)", response).group(1) == "8", out
     assert "error_message=''" in response, out
 
