@@ -14,13 +14,14 @@ adapter or a family's name.
 from __future__ import annotations
 
 import abc
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Mapping
 
 import torch
 
 from .rope import RotarySpec
-from .settings import PolicySettings
+from .settings import PolicySettings, SettingError
 
 ROPE_LAYOUTS = ("1d", "mrope")
 
@@ -149,6 +150,25 @@ class CacheStats:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+@dataclass
+class UnitTokens:
+    """Tokens held per video unit: ``counts[r, i]`` tokens of ``units[i]`` in storage row ``r`` (a
+    layer, or for H2SVC one KV head); ``rows_per_layer`` rows make one layer's worth."""
+
+    units: torch.Tensor  # [U] ascending unit ids
+    counts: torch.Tensor  # [R, U]
+    rows_per_layer: int = 1
+
+    @classmethod
+    def of(cls, rows: list[torch.Tensor], rows_per_layer: int = 1) -> "UnitTokens":
+        """From each row's unit ids (negative ids: no unit, not counted)."""
+        rows = [r[r >= 0] for r in rows]
+        units = torch.unique(torch.cat(rows)) if rows else torch.empty(0, dtype=torch.long)
+        counts = [torch.bincount(torch.searchsorted(units, r), minlength=len(units)) for r in rows]
+        return cls(units.cpu(), torch.stack(counts).cpu() if counts else torch.zeros(0, 0, dtype=torch.long),
+                   rows_per_layer)
+
+
 class CachePolicy(abc.ABC):
     """The interface the session and the adapters use. One subclass per method, one file each, with
     its settings dataclass; registered by name in ``cache/__init__.py``."""
@@ -184,6 +204,14 @@ class CachePolicy(abc.ABC):
     @abc.abstractmethod
     def reset(self) -> None:
         """Forget everything (the session prefills the prefix again)."""
+
+    def set_budget(self, budget_tokens: int) -> None:
+        """A new token budget while the stream runs: the next compression brings the cache to it
+        (docs/interfaces.md, "Changing parameters at runtime"). SettingError for a policy that keeps none."""
+        if not self.settings_class.takes("budget_tokens"):
+            raise SettingError("budget_tokens", f"is not used by policy {self.name}: it keeps no token budget")
+        self.given_settings = dataclasses.replace(self.given_settings, budget_tokens=int(budget_tokens))
+        self.settings = dataclasses.replace(self.settings, budget_tokens=int(budget_tokens))
 
     def config_dict(self) -> dict[str, Any]:
         """Parameters that make two caches comparable (checked when a snapshot is loaded)."""
@@ -243,6 +271,10 @@ class CachePolicy(abc.ABC):
     # -- accounting and snapshots ---------------------------------------------------------------
     @abc.abstractmethod
     def stats(self) -> CacheStats: ...
+
+    @abc.abstractmethod
+    def unit_tokens(self) -> UnitTokens:
+        """Tokens held per video unit and storage row (what frames_in_memory counts, session.py)."""
 
     @abc.abstractmethod
     def state_dict(self) -> dict[str, Any]: ...
