@@ -20,8 +20,11 @@ from typing import Any, ClassVar, Mapping
 
 import torch
 
+from .evidence import AttentionMass
 from .rope import RotarySpec
 from .settings import PolicySettings, SettingError
+from .store import KVStore
+from .units import SUMMARY_UNIT
 
 ROPE_LAYOUTS = ("1d", "mrope")
 
@@ -153,20 +156,23 @@ class CacheStats:
 @dataclass
 class UnitTokens:
     """Tokens held per video unit: ``counts[r, i]`` tokens of ``units[i]`` in storage row ``r`` (a
-    layer, or for H2SVC one KV head); ``rows_per_layer`` rows make one layer's worth."""
+    layer, or for H2SVC one KV head); ``rows_per_layer`` rows make one layer's worth; ``summary``:
+    the summary tokens (HERMES) over every row."""
 
     units: torch.Tensor  # [U] ascending unit ids
     counts: torch.Tensor  # [R, U]
     rows_per_layer: int = 1
+    summary: int = 0
 
     @classmethod
     def of(cls, rows: list[torch.Tensor], rows_per_layer: int = 1) -> "UnitTokens":
-        """From each row's unit ids (negative ids: no unit, not counted)."""
+        """From each row's unit ids (negative ids: no unit, not counted, summary tokens aside)."""
+        summary = sum(int((r == SUMMARY_UNIT).sum()) for r in rows)
         rows = [r[r >= 0] for r in rows]
         units = torch.unique(torch.cat(rows)) if rows else torch.empty(0, dtype=torch.long)
         counts = [torch.bincount(torch.searchsorted(units, r), minlength=len(units)) for r in rows]
         return cls(units.cpu(), torch.stack(counts).cpu() if counts else torch.zeros(0, 0, dtype=torch.long),
-                   rows_per_layer)
+                   rows_per_layer, summary)
 
 
 class CachePolicy(abc.ABC):
@@ -189,6 +195,8 @@ class CachePolicy(abc.ABC):
         self.settings = self.given_settings
         self.geometry: CacheGeometry | None = None
         self.reindex_events = 0
+        # while a question is answered: the attention mass ``attend`` reports (evidence.py), else None
+        self.probe: AttentionMass | None = None
 
     @property
     def budget_tokens(self) -> int:
@@ -230,8 +238,9 @@ class CachePolicy(abc.ABC):
         """Rotate the new q [1,Hq,Q,D] / k [1,Hkv,Q,D] at this policy's positions, store k/v,
         and return attention over the layer's storage [1,Hq,Q,D].
 
-        ``key_filter``: unit ids a question may look at (None = all); prefix, summary and text
-        tokens stay visible.
+        ``key_filter``: unit ids a question may look at (None = all); the prefix and the text stay
+        visible, a summary token only when SUMMARY_UNIT is listed (``KVStore.visible``). With a
+        ``probe`` set, each store attended over is reported to it (``AttentionMass.observe``).
         """
 
     def after_prefill(self, new: NewTokens) -> None:
@@ -275,6 +284,11 @@ class CachePolicy(abc.ABC):
     @abc.abstractmethod
     def unit_tokens(self) -> UnitTokens:
         """Tokens held per video unit and storage row (what frames_in_memory counts, session.py)."""
+
+    @abc.abstractmethod
+    def layer_stores(self) -> list[list[tuple[int, KVStore]]]:
+        """Per layer, the stores holding its KV heads, each with its bank (-1: no banks): what the
+        memory timeline reads (``evidence.retention``)."""
 
     @abc.abstractmethod
     def state_dict(self) -> dict[str, Any]: ...
