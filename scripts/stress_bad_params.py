@@ -46,6 +46,7 @@ def parse_args(argv):
                    help="which bad parameter ('all': each in turn)")
     p.add_argument("--root", type=pathlib.Path, default=ROOT, help="the checkout whose node is started")
     p.add_argument("--json", type=pathlib.Path, default=None, help="write the counts and crash outputs here")
+    p.add_argument("--every", type=int, default=25, help="print the count every this many starts")
     return p.parse_args(argv)
 
 
@@ -68,20 +69,26 @@ def main(argv=None) -> int:
     names = list(CASES) if args.case == "all" else [args.case]
     results = []
     started = time.monotonic()
-    with concurrent.futures.ThreadPoolExecutor(max_workers=args.parallel) as pool:
-        futures = {pool.submit(start, args.root, CASES[names[i % len(names)]], i): names[i % len(names)]
-                   for i in range(args.runs)}
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=args.parallel)
+    futures = {pool.submit(start, args.root, CASES[names[i % len(names)]], i): names[i % len(names)]
+               for i in range(args.runs)}
+    try:
         for n, future in enumerate(concurrent.futures.as_completed(futures), 1):
             result = {"case": futures[future], **future.result()}
             results.append(result)
             if not result["clean"]:
                 print(f"[stress] start {result['index']} ({result['case']}): exit {result['code']}\n"
                       f"{result['stderr'][-3000:]}", flush=True)
-            if n % 25 == 0:
-                print(f"[stress] {n}/{args.runs} done", flush=True)
+            if n % args.every == 0:
+                print(f"[stress] {n}/{args.runs} done, {n - len([r for r in results if r['clean']])} not clean",
+                      flush=True)
+    except KeyboardInterrupt:  # Ctrl-C: the starts so far are counted (the ones running are let finish)
+        print(f"[stress] interrupted after {len(results)} starts", flush=True)
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
     codes = collections.Counter(r["code"] for r in results)
     unclean = [r for r in results if not r["clean"]]
-    summary = {"runs": args.runs, "parallel": args.parallel, "cases": names, "root": str(args.root),
+    summary = {"runs": len(results), "asked": args.runs, "parallel": args.parallel, "cases": names, "root": str(args.root),
                "exit_codes": {str(k): v for k, v in sorted(codes.items())},
                "crashes": sum(v for k, v in codes.items() if k < 0), "not_clean": len(unclean),
                "wall_s": round(time.monotonic() - started, 1)}

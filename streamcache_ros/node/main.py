@@ -115,6 +115,39 @@ def spin(node, stop: StopSignals) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The process's entry point: runs the node, then ends the process at once with its exit code
+    (``end_process``); it does not return."""
+    end_process(run(argv))
+
+
+def end_process(code: int) -> None:
+    """End the process now, with ``code``, once everything of ours is closed (the node destroyed,
+    the ROS context shut down, the log flushed), without the interpreter's teardown.
+
+    That teardown frees torch's and rclpy's / Fast DDS's native objects (thread pools, the DDS
+    participant's factory, their static singletons) in an order neither library controls, while
+    their threads may still run; on a bad parameter (model loaded, exit code 2) it once ended in a
+    SIGSEGV with no output instead of exit code 2 (issue 18, item 10; docs/reliability.md, "Bad
+    configuration"). Nothing is left for it to do: every file we write is closed and renamed
+    before this point (the memory snapshot), and the C and Python output buffers are flushed here.
+    """
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:  # noqa: BLE001 - a closed pipe: nothing more can be said
+            pass
+    try:
+        import ctypes  # noqa: PLC0415
+
+        ctypes.CDLL(None).fflush(None)  # rcutils may log through C stdio (RCUTILS_LOGGING_BUFFERED_STREAM)
+    except Exception:  # noqa: BLE001 - no libc to flush: nothing buffered there
+        pass
+    os._exit(code)
+
+
+def run(argv: list[str] | None = None) -> int:
+    """Start the node, serve until a stop, and clean up; returns the exit code (0, or 2 for a bad
+    parameter)."""
     argv = list(sys.argv if argv is None else argv)
     try:
         args = ros_arguments(argv)
@@ -160,4 +193,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()
