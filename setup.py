@@ -14,7 +14,7 @@ setup(
         ("share/ament_index/resource_index/packages", [f"resource/{PACKAGE}"]),
         (f"share/{PACKAGE}", ["package.xml"]),
         (f"share/{PACKAGE}/launch", glob.glob("launch/*.launch.py")),
-        (f"share/{PACKAGE}/config", glob.glob("config/*.yaml")),
+        (f"share/{PACKAGE}/config", glob.glob("config/*.yaml") + glob.glob("config/*.xml")),
     ],
     install_requires=["setuptools"],
     zip_safe=False,

@@ -4,11 +4,9 @@ frame_acks in this process, and small table / JSON / statistics helpers (local, 
 scripts stand on their own)."""
 from __future__ import annotations
 
-import datetime
 import json
 import os
 import pathlib
-import platform
 import random
 import signal
 import subprocess
@@ -28,7 +26,8 @@ os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")  # this proc
 
 
 def new_domain() -> int:
-    return random.SystemRandom().randint(10, 230)
+    low, _, high = os.environ.get("STREAMCACHE_TEST_DOMAINS", "10-230").partition("-")
+    return random.SystemRandom().randint(int(low), int(high or low))
 
 
 def child_env(domain: int) -> dict:
@@ -184,11 +183,11 @@ def table(rows: list[dict], columns: list[str]) -> str:
 
 
 def machine() -> dict:
-    import torch  # noqa: PLC0415
+    """What the figures were measured on, the date and the commit (common.py, as every benchmark)."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    from common import machine as common_machine  # noqa: PLC0415
 
-    return {"date": datetime.datetime.now().isoformat(timespec="seconds"), "python": platform.python_version(),
-            "torch": torch.__version__, "cpu": platform.processor() or platform.machine(),
-            "cpus": os.cpu_count(), "torch_threads": torch.get_num_threads()}
+    return common_machine()
 
 
 def write_json(path: pathlib.Path, data: dict) -> pathlib.Path:

@@ -9,7 +9,14 @@ replay (every frame sampled: sample_fps = the bag's rate; nothing dropped, so th
 node takes in, limited by encoding, prefill and compression), and a client in this process. Phase 1
 replays the bag alone; phase 2 replays a second bag (the next frames of the fixed world stream,
 docs/world.md, with later stamps) while the client asks one question after another. Frames per second are counted from the node's frame
-acknowledgements (first to last). Prints a table; writes bench/results/node_throughput.json.
+acknowledgements (first to last).
+
+Frames kept during answers (issue 18, item 11): a live 10 fps camera (a bag replayed at its own rate,
+not in lock step) sampled at ``sample_fps`` 2 while a client asks ``--answer-tokens`` (64) token
+questions back to back. A frame sampled while the ingest thread waits for an answer waits in its
+camera's queue and is encoded after it; the node counts those (``frames_waited``) and the frames it
+had to drop. Run with ``frame_queue_size`` 1 (one slot per camera: the node before the queue) and 16
+(the default). Prints tables; writes bench/results/node_throughput.json.
 """
 from __future__ import annotations
 
@@ -38,6 +45,10 @@ def parse_args(argv):
     p.add_argument("--budget-units", type=int, default=48, help="budget_tokens in stream units (fifo, uniform, hermes)")
     p.add_argument("--chunk-frames", type=int, default=8)
     p.add_argument("--max-new-tokens", type=int, default=8)
+    p.add_argument("--answer-seconds", type=float, default=30.0, help="length of the answers phase's live camera")
+    p.add_argument("--answer-tokens", type=int, default=64, help="answer length in the answers phase")
+    p.add_argument("--queue-sizes", type=int, nargs="+", default=[1, 16], help="frame_queue_size values compared")
+    p.add_argument("--phases", nargs="+", default=["throughput", "answers"], choices=["throughput", "answers"])
     p.add_argument("--json", type=pathlib.Path, default=h.RESULTS / "node_throughput.json")
     return p.parse_args(argv)
 
@@ -95,6 +106,48 @@ def measure(policy: str, args, bags, tokens_per_unit: int, work: pathlib.Path) -
             "chunk ms (last)": round(final.encode_ms + final.prefill_ms + final.compress_ms)}
 
 
+CAMERA_FPS, ANSWER_SAMPLE_FPS = 10.0, 2.0
+
+
+def measure_answers(queue_size: int, args, bag, work: pathlib.Path) -> dict:
+    """The answers phase with ``frame_queue_size`` = queue_size (see the module's docstring)."""
+    from streamcache_ros.client.client import StreamCacheClient  # noqa: PLC0415
+
+    params = {"camera_topics": f"['{CAM}']", "policy": "fifo", "budget_tokens": 480, "sample_fps": ANSWER_SAMPLE_FPS,
+              "chunk_frames": args.chunk_frames, "max_new_tokens": args.answer_tokens, "model_path": args.model,
+              "frame_queue_size": queue_size}
+    domain = h.new_domain()
+    env = h.child_env(domain)
+    node = h.start(h.node_command(NS, params), env, work / f"node-answers-{queue_size}.log")
+    monitor = h.Monitor(domain, NS, node.pid)
+    answered, answer_ms = 0, []
+    try:
+        monitor.wait_for(lambda: monitor.statuses, 300, "the node's first memory_status")
+        with StreamCacheClient(NS, timeout=120, domain_id=domain) as client:
+            live = [sys.executable, "-m", "streamcache_ros.tools.replay", str(bag), "--rate", "1.0", "--quiet",
+                    "--wait", "120"]  # a live camera: its own rate, no waiting for the node
+            replay = h.start(live, env, work / f"replay-answers-{queue_size}.log")
+            while replay.poll() is None:
+                sent = time.monotonic()
+                r = client.ask("Describe what you saw in detail.", max_new_tokens=args.answer_tokens, timeout=h.GUARD_S)
+                if r.success:
+                    answered += 1
+                    answer_ms.append((time.monotonic() - sent) * 1e3)
+            if replay.returncode != 0:
+                raise RuntimeError(f"replay failed: see {work}/replay-answers-{queue_size}.log")
+            time.sleep(3.0)  # the queued frames are encoded
+            final = monitor.latest()
+    finally:
+        h.stop(node)
+        monitor.close()
+    return {"frame_queue_size": queue_size, "camera fps": CAMERA_FPS, "sample_fps": ANSWER_SAMPLE_FPS,
+            "answer tokens": args.answer_tokens, "questions": answered,
+            "answer ms p50": round(statistics.median(answer_ms)) if answer_ms else None,
+            "frames received": final.frames_received, "frames sampled": final.frames_sampled,
+            "frames kept during answers (waited)": final.frames_waited, "frames dropped": final.frames_dropped,
+            "most frames waiting": final.most_frames_waiting, "chunks encoded": final.chunks_encoded}
+
+
 def main(argv=None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     from streamcache_ros import world  # noqa: PLC0415
@@ -108,14 +161,21 @@ def main(argv=None) -> int:
                              start_ns=bagfile.DEFAULT_START_NS + args.frames * period_ns)]
     adapter = load_adapter(args.model, device="cpu", dtype="float32")
     tokens_per_unit = adapter.preprocess(list(world.world_frames(2))).tokens_per_unit
-    rows = []
-    for policy in args.policies:
+    rows, answers = [], []
+    for policy in args.policies if "throughput" in args.phases else []:
         rows.append(measure(policy, args, bags, tokens_per_unit, work))
         print(f"[node_throughput] {policy}: {rows[-1]}", flush=True)
-    columns = list(rows[0])
-    print(h.table(rows, columns))
+    if rows:
+        print(h.table(rows, list(rows[0])))
+    if "answers" in args.phases:
+        frames = int(args.answer_seconds * CAMERA_FPS)
+        live = bagfile.make_bag(work / "live", frames=frames, fps=CAMERA_FPS, topic=CAM)
+        for size in args.queue_sizes:
+            answers.append(measure_answers(size, args, live, work))
+            print(f"[node_throughput] answers, frame_queue_size {size}: {answers[-1]}", flush=True)
+        print(h.table(answers, list(answers[0])))
     out = h.write_json(args.json, {"machine": h.machine(), "config": {**vars(args), "json": str(args.json)},
-                                   "rows": rows})
+                                   "rows": rows, "answers": answers})
     print(f"\nwrote {out}")
     return 0
 

@@ -122,7 +122,7 @@ def run(args) -> dict:
         list(world.world_frames(2, height=120, width=160))).tokens_per_unit
     params = {"camera_topics": f"['{CAM}']", "policy": args.policy, "budget_tokens": args.budget_units * tokens_per_unit,
               "sample_fps": args.fps, "chunk_frames": args.chunk_frames, "max_new_tokens": args.max_new_tokens,
-              "model_path": "tiny-qwen2_5_vl", "device": "cpu", "dtype": "float32",
+              "model_path": "tiny-qwen2_5_vl", "device": "cpu", "dtype": "float32", "snapshot_dir": str(work),
               # lock-step: no frame may be lost on the way (best effort can lose one under load)
               f"qos_overrides.{CAM}.subscription.reliability": "reliable"}
     domain = h.new_domain()
@@ -170,14 +170,13 @@ def run(args) -> dict:
 
 def saved_history(domain: int, path: pathlib.Path) -> list[str]:
     """The questions kept in the memory's history (save_memory, then the snapshot file)."""
-    import torch  # noqa: PLC0415
-
     from streamcache_ros.client.client import StreamCacheClient  # noqa: PLC0415
+    from streamcache_ros.engine.snapshot_io import read_state  # noqa: PLC0415
 
     with StreamCacheClient(NS, timeout=60, domain_id=domain) as client:
-        if not client.save(str(path)).success:
+        if not client.save(path.name).success:  # the node's snapshot_dir is the path's folder
             return []
-    return [x["question"] for x in torch.load(str(path), weights_only=True)["history"]]
+    return [x["question"] for x in read_state(str(path))["history"]]
 
 
 def analyse(args, monitor, first, final, records, history, replay_s) -> dict:

@@ -3,9 +3,12 @@
     ros2 launch streamcache_ros live.launch.py
     ros2 launch streamcache_ros live.launch.py camera_topics:="['/front/image_raw']" \
         model_path:=Qwen/Qwen2.5-VL-3B-Instruct device:=cuda policy_params_file:=/path/to/config/hermes.yaml
+    ros2 launch streamcache_ros live.launch.py respawn:=true fastdds_profile:=/path/to/config/fastdds_large_images.xml
 
-Parameters come from ``params_file`` (config/streamcache.yaml), then ``policy_params_file``, then
-the non-empty override arguments. The node lives in ``namespace`` (default ``streamcache``).
+Parameters come from ``params_file`` (config/streamcache.yaml), then ``policy_params_file`` on top of
+it, then the non-empty override arguments. The node lives in ``namespace`` (default
+``streamcache``); ``respawn:=true`` starts it again whenever it ends (docs/setup.md, "Running on a
+robot").
 """
 from launch import LaunchDescription
 from launch.actions import OpaqueFunction

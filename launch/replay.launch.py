@@ -4,29 +4,33 @@
     ros2 launch streamcache_ros replay.launch.py bag:=/data/run3 rate:=4 lock_step:=true
 
 Takes the live launch's arguments too (params_file, policy_params_file, camera_topics, model_path ...).
-The node stays up after the bag ends, to be asked (streamcache-ask); ``shutdown_after_replay:=true``
-ends the launch with the replay instead.
+Before anything starts, the bag's image topics are checked against the node's camera_topics: when
+none is one of them the launch ends at once, naming both. The node stays up after the bag ends, to be
+asked (streamcache-ask); ``shutdown_after_replay:=true`` ends the launch with the replay instead.
 """
 from launch import LaunchDescription
-from launch.actions import DeclareLaunchArgument, EmitEvent, OpaqueFunction, RegisterEventHandler
+from launch.actions import DeclareLaunchArgument, EmitEvent, LogInfo, OpaqueFunction, RegisterEventHandler
 from launch.event_handlers import OnProcessExit
 from launch.events import Shutdown
 from launch.substitutions import LaunchConfiguration
 from launch_ros.actions import Node
 
-from streamcache_ros.tools.launching import PACKAGE, node_actions, node_arguments
+from streamcache_ros.tools.launching import PACKAGE, check_bag_topics, dds_environment, is_true, node_actions, \
+    node_arguments
 
 
 def _replay(context):
+    warnings = check_bag_topics(context)  # raises (the launch ends, exit code 1) when nothing matches
     arguments = [LaunchConfiguration("bag").perform(context), "--clock", "--wait", "120"]
-    if LaunchConfiguration("lock_step").perform(context).lower() in ("true", "1", "yes"):
+    if is_true(context, "lock_step"):
         arguments += ["--lock-step", "--namespace", LaunchConfiguration("namespace").perform(context)]
     rate = LaunchConfiguration("rate").perform(context).strip()
     arguments += ["--fast"] if rate in ("0", "fast") else ["--rate", rate]
     replay = Node(package=PACKAGE, executable="streamcache-replay", name="streamcache_replay",
-                  arguments=arguments, output="screen")
-    actions = [replay]
-    if LaunchConfiguration("shutdown_after_replay").perform(context).lower() in ("true", "1", "yes"):
+                  arguments=arguments, output="screen", additional_env=dds_environment(context))
+    actions = [LogInfo(msg=f"replay.launch.py: {w}") for w in warnings]
+    actions += node_actions(context, use_sim_time=True) + [replay]
+    if is_true(context, "shutdown_after_replay"):
         actions.append(RegisterEventHandler(OnProcessExit(target_action=replay,
                                                           on_exit=[EmitEvent(event=Shutdown(reason="replay done"))])))
     return actions
@@ -40,6 +44,5 @@ def generate_launch_description():
         DeclareLaunchArgument("lock_step", default_value="false",
                               description="wait for the node to take each frame (nothing dropped)"),
         DeclareLaunchArgument("shutdown_after_replay", default_value="false"),
-        OpaqueFunction(function=lambda context: node_actions(context, use_sim_time=True)),
         OpaqueFunction(function=_replay),
     ])

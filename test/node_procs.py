@@ -35,8 +35,10 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
 
 
 def new_domain() -> int:
-    """A ROS domain for one test module: random, so parallel runs on one machine do not meet."""
-    return random.SystemRandom().randint(10, 230)
+    """A ROS domain for one test module: random, so parallel runs on one machine do not meet; within
+    ``STREAMCACHE_TEST_DOMAINS`` (e.g. ``60-69``) where other ROS processes use the other domains."""
+    low, _, high = os.environ.get("STREAMCACHE_TEST_DOMAINS", "10-230").partition("-")
+    return random.SystemRandom().randint(int(low), int(high or low))
 
 
 def child_env(domain: int, extra_pythonpath: str | None = None) -> dict:
@@ -66,6 +68,15 @@ class Proc:
 
     def alive(self) -> bool:
         return self.popen.poll() is None
+
+    def wait_for_output(self, text: str, timeout: float = HANG_GUARD_S, count: int = 1) -> str:
+        """The output once it holds ``text`` (``count`` times); AssertionError (with the output) when
+        the process ends first or the hang guard passes."""
+        deadline = time.monotonic() + timeout
+        while self.output().count(text) < count:
+            assert self.alive() and time.monotonic() < deadline, f"no '{text}' from {self.cmd[:4]}:\n{self.output()}"
+            time.sleep(0.2)
+        return self.output()
 
     def wait(self, timeout: float = HANG_GUARD_S) -> int:
         return self.popen.wait(timeout=timeout)

@@ -107,6 +107,31 @@ def test_latency_levels():
     assert run(failing.latency)[0] == OK  # reported once: the next update has no new failure
 
 
+def test_the_latency_budget_is_shared_by_every_camera():
+    """Issue 18 item 2: with two cameras each fills a chunk in the chunk's stream time, so the
+    encoder has half of it per chunk. 222 ms for a chunk of 267 ms of stream was OK with 46 % of the
+    sampled frames dropped."""
+    chunk = memory(chunks_encoded=3, encode_ms=200.0, prefill_ms=20.0, compress_ms=2.0)
+    one = diagnostics.EngineTasks(lambda: diagnostics.EngineView(engine_status(**chunk), chunk_span_s=0.267))
+    assert run(one.latency)[0] == OK
+    two = diagnostics.EngineTasks(lambda: diagnostics.EngineView(engine_status(**chunk), chunk_span_s=0.267,
+                                                                 cameras=2))
+    level, message, values = run(two.latency)
+    assert level == WARN and "falls behind" in message and "2 cameras: 134 ms each" in message
+    assert values["Encoder time per chunk, all cameras (ms)"] == "133.5" and values["Cameras"] == "2"
+
+
+def test_a_cameras_qos_and_queue_are_shown():
+    counters = CameraCounters("/cam", 1.0)
+    task = diagnostics.CameraTask(counters, lambda: True, qos=lambda: ("reliable: matched to 1 publisher(s), all "
+                                                                       "reliable", 2))
+    counters.arrived(S)
+    counters.queued(1)
+    values = run(task.run)[2]
+    assert values["QoS reliability"].startswith("reliable: matched") and values["QoS changes (publishers came or went)"] == "2"
+    assert values["Frames that waited in the queue"] == "1"
+
+
 def test_chunks_failing_again_and_again_turn_the_memory_error():
     once = memory(chunks_encoded=3, chunks_failed=1, chunks_failed_in_a_row=1, newest_stamp=12.0)
     assert run(make(once, chunk_error="ChunkError: boom").memory)[0] == OK  # one failure: latency says it

@@ -11,11 +11,11 @@ import json
 import subprocess
 
 import pytest
-import torch
 
 from node_procs import HANG_GUARD_S, ROOT, Proc, child_env, client_of, new_domain, python_module, replay_lock_step, \
     stamp_ns, tiny_node
 from streamcache_ros import world
+from streamcache_ros.engine.snapshot_io import read_state
 from streamcache_ros.tools import bagfile
 
 NS = "/sc_when"
@@ -69,6 +69,12 @@ def held(client) -> list[int]:
     return [stamp_ns(f.stamp) for f in timeline.frames]
 
 
+def counted(client) -> list[int]:
+    """The timeline's frames that frames_in_memory counts: some layer keeps at least half of them
+    (docs/interfaces.md "What the numbers mean"; HERMES keeps a token or two of many others)."""
+    return [stamp_ns(f.stamp) for f in client.memory_timeline().frames if max(f.layer_kept) >= 0.5]
+
+
 def check_evidence(reply, memory: list[int], since_ns=None, until_ns=None, k=K):
     assert reply.success, reply.error_message
     stamps = [stamp_ns(t) for t in reply.evidence_stamps]
@@ -88,7 +94,7 @@ def test_the_timeline_lists_the_frames_in_memory(client):
     assert timeline.success and timeline.policy == "hermes" and timeline.bank_names == []
     stamps = [stamp_ns(f.stamp) for f in timeline.frames]
     status = client.memory_status()
-    assert stamps == sorted(stamps) and len(stamps) == status.frames_in_memory
+    assert stamps == sorted(stamps) and len(counted(client)) == status.frames_in_memory < len(stamps)
     assert stamps[-1] == START + (FRAMES - 1) * S and stamps[-1] == stamp_ns(status.newest_stamp)
     assert all(len(f.layer_kept) == timeline.num_layers for f in timeline.frames)
     assert all(0 <= x <= 1 for f in timeline.frames for x in f.layer_kept)
@@ -106,7 +112,7 @@ def test_a_window_that_excludes_the_frames_showing_the_answer_changes_the_answer
         after = client.ask(q["text"], since=since / S)
         check_evidence(after, memory, since_ns=since)
         assert after.answer != whole.answer, q["text"]
-        assert after.frames_in_memory == sum(s >= since for s in memory)
+        assert after.frames_in_memory == sum(s >= since for s in counted(client))
         assert after.evidence_summary_share == 0  # a window hides HERMES's summary tokens
 
 
@@ -175,7 +181,7 @@ def test_window_and_evidence_after_a_reindex_and_after_a_restore(domain, bag, la
             check_evidence(before[0], memory)
             check_evidence(before[1], memory, since_ns=since)
             assert c.save("").success
-        state = torch.load(str(path), weights_only=True)
+        state = read_state(str(path))  # a snapshot file: a checked header, then torch.save's bytes
         assert state["policy_state"]["reindex_events"] > 0  # re-indexed before these answers
     with Proc(h2svc_node(path), child_env(domain)) as second:
         with client_of(second, domain, NS + "_h2") as c:

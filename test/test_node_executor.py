@@ -43,6 +43,24 @@ def test_other_rcl_errors_still_raise(executor):
         executor._spin_once_impl(0.05)
 
 
+def test_an_entity_destroyed_by_a_transition_while_the_wait_set_is_made_is_skipped(executor):
+    """Issue 18 item 12: `ros2 lifecycle set ... shutdown` (and cleanup) destroys the action server on a
+    worker thread; the spinning thread, making its wait set at that moment, got rcl's refusal and the
+    process ended with a traceback and exit code 1 instead of 0. The next wait set is made without it."""
+    calls = []
+
+    def racing(*_args, **_kwargs):
+        calls.append(1)
+        raise RuntimeError("Failed to add 'rcl_action_server_t' to wait set: action server pointer is invalid, "
+                           "at /project/src/rcl_action/action_server.c:1054")
+
+    real = executor.wait_for_ready_callbacks
+    executor.wait_for_ready_callbacks = racing
+    assert executor._spin_once_impl(0.05) is None and calls == [1]
+    executor.wait_for_ready_callbacks = real
+    executor.spin_once(timeout_sec=0.05)  # spinning goes on
+
+
 @pytest.mark.parametrize("sigint_ignored", [False, True], ids=["sigint-default", "sigint-ignored"])
 @pytest.mark.parametrize("stop_signal", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_the_node_process_ends_cleanly_on_sigint_and_sigterm(stop_signal, sigint_ignored):

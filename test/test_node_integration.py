@@ -62,8 +62,14 @@ def bags(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def node(domain, geometry):
-    command = tiny_node(NS, [CAM, CAM_PNG], budget_tokens=geometry["budget"], max_question_tokens=64)
+def snapshots(tmp_path_factory):
+    return tmp_path_factory.mktemp("snapshots")  # the node's snapshot_dir
+
+
+@pytest.fixture(scope="module")
+def node(domain, geometry, snapshots):
+    command = tiny_node(NS, [CAM, CAM_PNG], budget_tokens=geometry["budget"], max_question_tokens=64,
+                        snapshot_dir=snapshots)
     with Proc(command, child_env(domain)) as proc:
         yield proc
 
@@ -319,20 +325,21 @@ def test_cancelling_the_action(client, domain, bags):
     assert client.ask("What is on the table?").success  # the node carries on
 
 
-def test_save_and_load_memory(client, domain, bags, tmp_path):
+def test_save_and_load_memory(client, domain, bags, snapshots):
     assert client.reset().success
     replay(domain, bags["short"], "--fast")
     question = client.ask("What is on the table?")
-    path = tmp_path / "memory.pt"
-    saved = client.save(str(path))
-    assert saved.success and saved.frames_in_memory == 16 and saved.bytes_written == path.stat().st_size
+    saved = client.save("memory.pt")  # a name in the node's snapshot_dir
+    assert saved.success and saved.frames_in_memory == 16
+    assert saved.bytes_written == (snapshots / "memory.pt").stat().st_size
     assert client.reset().frames_cleared == 16
-    assert not client.ask("What is on the table?").success
-    loaded = client.load(str(path))
+    refused = client.ask("What is on the table?")
+    assert not refused.success and refused.frames_in_memory == 0
+    loaded = client.load("memory.pt")
     assert loaded.success and loaded.frames_in_memory == 16
     again = client.ask("What is on the table?")
     assert again.answer == question.answer and near(again.newest_stamp, START + 19 * S)
-    missing = client.load(str(tmp_path / "nope.pt"))
+    missing = client.load("nope.pt")
     assert not missing.success and "no snapshot" in missing.error_message
     assert client.ask("What is on the table?").frames_in_memory == 16  # unharmed
     empty = client.save("")

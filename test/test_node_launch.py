@@ -1,12 +1,17 @@
 """launch/live.launch.py and launch/replay.launch.py: their content (imported, evaluated), and, where
 `ros2 launch` finds this checkout's package (scripts/setup.sh builds it into install/), real runs
-ended by SIGINT with every process gone."""
+ended by SIGINT with every process gone; a bag of other topics refused at start, a killed node
+respawned; the systemd unit example."""
+import configparser
 import importlib.util
+import os
 import pathlib
+import signal
 
 import pytest
 
-from node_procs import HANG_GUARD_S, ROOT, client_of, needs_install, new_domain, run_launch, stop_and_check_all_gone
+from node_procs import (HANG_GUARD_S, ROOT, client_of, descendants, needs_install, new_domain, run_launch,
+                        stop_and_check_all_gone)
 from streamcache_ros.tools import bagfile
 
 launch = pytest.importorskip("launch", reason="cannot run here: the launch package is not installed")
@@ -58,12 +63,48 @@ def test_live_launch_content():
                                             "budget_tokens": 4000, "policy": "fifo"}
 
 
-def test_replay_launch_content():
-    declared, produced, context = evaluate(load("replay.launch.py"), bag="/data/run", rate="0", lock_step="true")
+def test_replay_launch_content(tmp_path):
+    bag = bagfile.make_bag(tmp_path / "bag", frames=2)  # /camera/image_raw: config/streamcache.yaml's camera
+    declared, produced, context = evaluate(load("replay.launch.py"), bag=str(bag), rate="0", lock_step="true")
     assert {"bag", "rate", "lock_step", "shutdown_after_replay", "namespace", "params_file"} <= set(declared)
     node, replay = produced
     assert node.node_executable == "streamcache_node" and replay.node_executable == "streamcache-replay"
     assert launching.overrides(context) == {}  # nothing given: every parameter from the YAML files
+
+
+def test_a_bag_of_other_topics_is_refused_at_start_naming_them(tmp_path):
+    """Issue 18 item 3: no camera_topics entry in the bag ended the launch after 120 s of silence."""
+    bag = bagfile.make_bag(tmp_path / "bag", frames=2, topic="/front/image_raw")
+    with pytest.raises(RuntimeError, match=r"the bag's image topics \(/front/image_raw\) are none of the node's "
+                                           r"camera_topics \(/camera/image_raw, resolved in namespace '/streamcache'\)"):
+        evaluate(load("replay.launch.py"), bag=str(bag))
+    with pytest.raises(RuntimeError, match="is not a rosbag2 directory"):
+        evaluate(load("replay.launch.py"), bag=str(tmp_path / "nothing"))
+    # relative names resolve in the namespace; a partial match starts, with a warning
+    _, produced, _ = evaluate(load("replay.launch.py"), bag=str(bag), namespace="front",
+                              camera_topics="['image_raw', '/rear/image_raw']")
+    assert any("the bag has no /rear/image_raw" in getattr(a, "msg", [""])[0].text for a in produced
+               if type(a).__name__ == "LogInfo")
+
+
+def test_the_fastdds_profile_is_a_launch_argument():
+    """config/fastdds_large_images.xml given to the node's process (respawn: test_a_killed_node_is_respawned)."""
+    profile = ROOT / "config" / launching.FASTDDS_PROFILE
+    _, (node,), _ = evaluate(load("live.launch.py"), fastdds_profile=str(profile))
+    env = dict((k[0].perform(LaunchContext()), v[0].perform(LaunchContext())) for k, v in node.additional_env)
+    assert env["FASTDDS_DEFAULT_PROFILES_FILE"] == str(profile) == env["FASTRTPS_DEFAULT_PROFILES_FILE"]
+    _, (plain,), _ = evaluate(load("live.launch.py"))
+    assert not plain.additional_env
+    with pytest.raises(RuntimeError, match="does not exist"):
+        evaluate(load("live.launch.py"), fastdds_profile="/no/such/profile.xml")
+
+
+def test_the_systemd_unit_example():
+    unit = configparser.ConfigParser(strict=False, interpolation=None)
+    unit.read(ROOT / "examples" / "streamcache.service")
+    service = unit["Service"]
+    assert service["KillSignal"] == "SIGINT" and service["Restart"] == "on-failure"
+    assert "ros2 launch streamcache_ros live.launch.py" in service["ExecStart"]
 
 
 def test_aggregator_is_added_on_request():
@@ -95,3 +136,39 @@ def test_ros2_launch_replay_then_sigint(tmp_path):
             # 40 frames at 2 fps sampled at 1 fps: 20 frames, nothing evicted under the default budget
             assert answer.success and answer.frames_in_memory == 20, answer.error_message
         stop_and_check_all_gone(proc)
+
+
+@needs_install
+def test_ros2_launch_of_a_bag_of_other_topics_ends_at_once(tmp_path):
+    bag = bagfile.make_bag(tmp_path / "bag", frames=2, topic="/front/image_raw")
+    proc = run_launch(new_domain(), "replay.launch.py", f"bag:={bag}")
+    with proc:
+        assert proc.wait() != 0
+    assert "/front/image_raw" in proc.output() and "camera_topics" in proc.output()
+    assert "process started" not in proc.output()  # nothing was started
+
+
+@needs_install
+def test_a_killed_node_is_respawned(tmp_path):
+    domain = new_domain()
+    with run_launch(domain, "live.launch.py", "namespace:=sc_respawn", "policy:=fifo", "budget_tokens:=96",
+                    "respawn:=true", "respawn_delay:=0.5") as proc:
+        first = proc.wait_for_output("active: listening on")
+        node = node_pid(proc)
+        os.kill(node, signal.SIGKILL)
+        proc.wait_for_output("active: listening on", count=first.count("active: listening on") + 1)
+        assert node_pid(proc) != node
+        with client_of(proc, domain, "/sc_respawn") as client:
+            assert client.memory_status().policy == "fifo"
+        stop_and_check_all_gone(proc)
+
+
+def node_pid(proc) -> int:
+    """The streamcache_node process under a launch."""
+    for pid in descendants(proc.popen.pid):
+        try:
+            if b"streamcache_node" in pathlib.Path(f"/proc/{pid}/cmdline").read_bytes():
+                return pid
+        except OSError:
+            continue
+    raise AssertionError(f"no streamcache_node under the launch\n{proc.output()}")

@@ -57,7 +57,10 @@ def test_ranges_are_in_the_descriptors(make_node):
     fps = node.describe_parameter("sample_fps").floating_point_range[0]
     assert fps.from_value > 0
     assert node.describe_parameter("chunk_frames").integer_range[0].from_value == 1
-    assert node.describe_parameter("model_path").read_only
+    # never read_only (a lifecycle reconfigure changes it): the descriptor says when it may change
+    assert not node.describe_parameter("model_path").read_only
+    assert "lifecycle reconfigure" in node.describe_parameter("model_path").additional_constraints
+    assert node.describe_parameter("sample_fps").additional_constraints == "may change while the node runs"
     # a policy's settings give its parameters real descriptions and ranges
     n_e = node.describe_parameter("h2svc.n_e")
     assert n_e.integer_range[0].from_value == 2 and "STCE" in n_e.description

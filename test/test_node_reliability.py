@@ -13,7 +13,6 @@ import time
 
 import numpy as np
 import pytest
-import torch
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
 from rcl_interfaces.msg import Parameter, ParameterType, ParameterValue
 from rcl_interfaces.srv import SetParameters
@@ -27,6 +26,7 @@ from node_procs import (HANG_GUARD_S, Probe, Proc, child_env, client_of, new_dom
                         stamp_ns, tiny_node)
 from raw_ros import request_with_raw_first_string
 from streamcache_ros import world
+from streamcache_ros.engine.snapshot_io import read_state
 from streamcache_ros.tools import bagfile
 from streamcache_ros.client.client import StreamCacheClient
 from test_reliability_session import assert_same
@@ -45,7 +45,8 @@ def near(t, expected_ns):
 
 
 def node_command(snapshot, policy="fifo", budget=None):
-    extra = {"budget_tokens": budget} if budget else {}
+    # save_memory takes names inside snapshot_dir: every test's tmp_path is inside pytest's base folder
+    extra = {"budget_tokens": budget, "snapshot_dir": snapshot.parents[1]} if budget else {}
     # an 8K frame is 100 MB: best-effort delivery loses messages that large, a reliable one does not
     extra[f"qos_overrides.{CAM}.subscription.reliability"] = "reliable"
     return tiny_node(NS, [CAM, CAM_PNG], policy=policy, max_question_tokens=64, max_new_tokens=4,
@@ -107,9 +108,9 @@ def replay(domain, bag, *args):
 
 
 def saved(client, path):
-    r = client.save(str(path))
+    r = client.save(str(path.relative_to(path.parents[1])))  # node_command: snapshot_dir, the tmp folders' parent
     assert r.success, r.error_message
-    return torch.load(str(path), weights_only=True)
+    return read_state(str(path))
 
 
 def statuses(probe, name, since=0):
@@ -324,7 +325,7 @@ def test_sigint_writes_the_memory_snapshot(node, client, snapshot_path):
     assert node.stop() == 0 and not node.alive()
     log = node.output()
     assert f"memory written to {snapshot_path} (shutdown)" in log and "Traceback" not in log
-    assert torch.load(str(snapshot_path), weights_only=True)["policy"] == "fifo"
+    assert read_state(str(snapshot_path))["policy"] == "fifo"
 
 
 def test_a_restart_restores_the_memory_and_another_policy_is_refused(node, domain, budget, snapshot_path):

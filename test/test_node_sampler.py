@@ -4,7 +4,7 @@ import threading
 import numpy as np
 import pytest
 
-from streamcache_ros.node.sampler import CameraCounters, LatestFrameSlots, SampledFrame, StampSampler
+from streamcache_ros.node.sampler import CameraCounters, FrameQueues, SampledFrame, StampSampler
 
 S = 1_000_000_000
 EPOCH = 1_700_000_000 * S  # epoch-sized stamps: float seconds would lose the nanoseconds here
@@ -68,24 +68,43 @@ def frame(camera, stamp, arrived):
     return SampledFrame(camera, stamp, np.zeros((1, 1, 3), np.uint8), arrived=arrived)
 
 
-def test_a_new_frame_replaces_the_one_not_yet_taken():
-    slots = LatestFrameSlots()
-    assert slots.put(frame("a", 1, 1.0)) is None
-    replaced = slots.put(frame("a", 2, 2.0))
-    assert replaced is not None and replaced.stamp_ns == 1  # dropped: the encoder was busy
+def test_frames_sampled_while_the_ingest_thread_waits_are_kept_in_order():
+    """Issue 18 item 11: a frame sampled while the ingest thread waits (a question being answered)
+    waits behind the others and is taken later, in order; none is dropped until the queue is full."""
+    queues = FrameQueues(capacity=3)
+    assert [queues.put(frame("a", stamp, float(stamp))) for stamp in (1, 2, 3)] == [(None, 0), (None, 1), (None, 2)]
+    assert queues.most_waiting == 3
+    assert [queues.take(timeout=0).stamp_ns for _ in range(3)] == [1, 2, 3]
+    assert queues.take(timeout=0) is None
+
+
+def test_a_full_queue_drops_its_oldest_frame():
+    queues = FrameQueues(capacity=2)
+    queues.put(frame("a", 1, 1.0))
+    queues.put(frame("a", 2, 2.0))
+    dropped, waiting = queues.put(frame("a", 3, 3.0))
+    assert dropped.stamp_ns == 1 and waiting == 2  # dropped: the encoder is slower than the sampling
+    assert [queues.take(timeout=0).stamp_ns for _ in range(2)] == [2, 3]
+
+
+def test_a_queue_of_one_keeps_the_latest_frame():
+    slots = FrameQueues(capacity=1)
+    assert slots.put(frame("a", 1, 1.0)) == (None, 0)
+    replaced, _ = slots.put(frame("a", 2, 2.0))
+    assert replaced is not None and replaced.stamp_ns == 1
     assert slots.take(timeout=0).stamp_ns == 2
     assert slots.take(timeout=0) is None
 
 
 def test_take_gives_the_camera_waiting_longest():
-    slots = LatestFrameSlots()
+    slots = FrameQueues(capacity=4)
     slots.put(frame("b", 5, 2.0))
     slots.put(frame("a", 9, 1.0))
     assert [slots.take(timeout=0).camera for _ in range(2)] == ["a", "b"]
 
 
 def test_close_wakes_a_waiting_taker():
-    slots = LatestFrameSlots()
+    slots = FrameQueues()
     got = []
     taker = threading.Thread(target=lambda: got.append(slots.take(timeout=30)))
     taker.start()
@@ -104,10 +123,17 @@ def test_camera_counters_add_up():
     counters.rejected("encoding", "unsupported encoding 'yuv422'")
     counters.rejected("step", "step 8 is less than ...")
     counters.dropped()
+    counters.queued(0)
+    counters.queued(2)  # two frames were waiting ahead of it
     counters.ingested()
     snap = counters.snapshot()
-    assert (snap.received, snap.sampled, snap.dropped, snap.ingested) == (4, 3, 1, 1)
+    assert (snap.received, snap.sampled, snap.dropped, snap.ingested, snap.waited) == (4, 3, 1, 1, 1)
     assert snap.rejected == 3 and snap.rejected_by_reason == {"encoding": 2, "step": 1}
     assert snap.last_reject.startswith("step") and snap.last_stamp_ns == EPOCH + 2 * S
     counters.restart_sampling()  # after a memory reset the next frame opens a new slot
     assert counters.is_due(EPOCH + 2 * S + 1)
+    counters.sampled(EPOCH + 3 * S)
+    counters.restart_sampling(4.0)  # a new sample_fps: slots of 0.25 s from the next frame
+    counters.sampled(EPOCH + 4 * S)
+    assert counters.is_due(EPOCH + 4 * S + S // 4) and not counters.is_due(EPOCH + 4 * S + S // 5)
+    assert counters.snapshot().time_jumps == 0

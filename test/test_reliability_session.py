@@ -11,6 +11,7 @@ import torch
 
 from streamcache_ros.engine import AnswerError, ChunkError, QuestionError, Session, SessionConfig, failpoints
 from streamcache_ros.engine.failpoints import FaultPlan
+from streamcache_ros.engine.snapshot_io import read_state
 from streamcache_ros.engine.turns import TurnLock
 
 from conftest import policy_for
@@ -54,7 +55,7 @@ def assert_same(a, b, where="state"):
 
 def snapshot(session, path):
     session.save(str(path))
-    return torch.load(str(path), weights_only=True)
+    return read_state(str(path))
 
 
 def fail_on_forward(chunk_attempt, forward_index, exception):

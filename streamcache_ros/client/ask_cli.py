@@ -6,10 +6,12 @@
     streamcache-ask --camera /camera/image_raw --max-new-tokens 32 --json "how many boxes?"
     streamcache-ask --evidence "when did you last see the red circle?"    # and the frames it drew on
     streamcache-ask --since 1700000000 --until 1700000300 "what was on the table?"   # a time window
-    streamcache-ask --status | --reset | --save /tmp/memory.pt | --load /tmp/memory.pt | --timeline
+    streamcache-ask --status | --reset | --save kitchen.pt | --load kitchen.pt | --timeline
 
-Exit codes: 0 success, 1 the node refused or failed the request (its error message on stderr),
-3 no node found / no reply in time, 130 interrupted (a streamed question is cancelled first).
+JSON (``--json``, and ``--status`` and ``--timeline`` always) is printed the same way, indented. ``--save`` and
+``--load`` take a file name inside the node's ``snapshot_dir`` (on the node's machine).
+Exit codes: 0 success, 1 the node refused or failed the request, or is not active (the reason on
+stderr), 3 no node found / no reply in time, 130 interrupted (a streamed question is cancelled first).
 """
 from __future__ import annotations
 
@@ -19,14 +21,29 @@ import sys
 import threading
 
 EXIT_REFUSED, EXIT_UNREACHABLE, EXIT_INTERRUPTED = 1, 3, 130
+LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+
+
+def _print_json(fields: dict) -> None:
+    print(json.dumps(fields, indent=2))
 
 
 def _time(t) -> float:
     return t.sec + t.nanosec * 1e-9
 
 
-def _answer_dict(r) -> dict:
-    return {"success": r.success, "answer": r.answer, "option_index": r.option_index,
+def _matched(r, options: list[str]) -> str:
+    """Which option the answer matched, in words ('' without options)."""
+    if not options:
+        return ""
+    if 0 <= r.option_index < len(options):
+        return f"option {LETTERS[r.option_index]} (index {r.option_index}): {options[r.option_index]}"
+    return "no option matched (option_index -1)"
+
+
+def _answer_dict(r, options: list[str]) -> dict:
+    chosen = options[r.option_index] if 0 <= r.option_index < len(options) else None
+    return {"success": r.success, "answer": r.answer, "option_index": r.option_index, "option": chosen,
             "error_message": r.error_message, "frames_in_memory": r.frames_in_memory,
             "oldest_stamp": _time(r.oldest_stamp), "newest_stamp": _time(r.newest_stamp),
             "newest_frame_age_s": r.newest_frame_age_s, "kv_tokens": r.kv_tokens, "ttft_ms": r.ttft_ms, "total_ms": r.total_ms,
@@ -87,12 +104,12 @@ def parse_args(argv):
                         help="the node's namespace, e.g. /streamcache (default: find the one node)")
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for the answer")
     parser.add_argument("--wait", type=float, default=15.0, help="seconds to wait for the node to appear")
-    parser.add_argument("--json", action="store_true", help="print the whole reply as JSON")
+    parser.add_argument("--json", action="store_true", help="print the whole reply as JSON (indented, as --status)")
     what = parser.add_mutually_exclusive_group()
-    what.add_argument("--status", action="store_true", help="print the next MemoryStatus")
+    what.add_argument("--status", action="store_true", help="print the next MemoryStatus as JSON")
     what.add_argument("--reset", action="store_true", help="forget every frame")
-    what.add_argument("--save", metavar="PATH", help="write the memory to PATH (on the node's machine)")
-    what.add_argument("--load", metavar="PATH", help="replace the memory with the snapshot at PATH")
+    what.add_argument("--save", metavar="NAME", help="write the memory to NAME in the node's snapshot_dir")
+    what.add_argument("--load", metavar="NAME", help="replace the memory with the snapshot NAME in the node's snapshot_dir")
     what.add_argument("--timeline", action="store_true",
                       help="print every frame in memory with the share of its tokens kept per layer (JSON)")
     args = parser.parse_args(argv)
@@ -110,7 +127,7 @@ def parse_args(argv):
 
 def _report(args, reply, fields: dict, text: str) -> int:
     if args.json:
-        print(json.dumps(fields, indent=2))
+        _print_json(fields)
     elif reply.success:
         print(text)
     if not reply.success:
@@ -121,8 +138,14 @@ def _report(args, reply, fields: dict, text: str) -> int:
 
 def run(args, client) -> int:
     if args.status:
-        status = client.memory_status(timeout=args.wait)
-        print(json.dumps(_status_dict(status), indent=None if not args.json else 2))
+        # an inactive node publishes no status: say so at once rather than time out on the topic
+        state = client.node_state(timeout=min(args.wait, 5.0))
+        if state and state != "active":
+            name = client.node_name() or client.namespace
+            print(f"streamcache-ask: {name} is {state}, not active: it publishes no memory status until it is "
+                  f"activated (ros2 lifecycle set {name} activate)", file=sys.stderr)
+            return EXIT_REFUSED
+        _print_json(_status_dict(client.memory_status(timeout=args.wait)))
         return 0
     if args.reset:
         r = client.reset(timeout=args.timeout)
@@ -132,7 +155,8 @@ def run(args, client) -> int:
         r = client.save(args.save, timeout=args.timeout)
         return _report(args, r, {"success": r.success, "error_message": r.error_message, "bytes_written": r.bytes_written,
                                  "frames_in_memory": r.frames_in_memory},
-                       f"saved {r.frames_in_memory} frames, {r.bytes_written} bytes to {args.save}")
+                       f"saved {r.frames_in_memory} frames, {r.bytes_written} bytes to {args.save} in the node's "
+                       "snapshot_dir")
     if args.load:
         r = client.load(args.load, timeout=args.timeout)
         return _report(args, r, {"success": r.success, "error_message": r.error_message,
@@ -140,12 +164,13 @@ def run(args, client) -> int:
                        f"loaded {r.frames_in_memory} frames from {args.load}")
     if args.timeline:
         r = client.memory_timeline(args.camera, timeout=args.timeout)
-        return _report(args, r, _timeline_dict(r), json.dumps(_timeline_dict(r)))
+        return _report(args, r, _timeline_dict(r), json.dumps(_timeline_dict(r), indent=2))
     window = {"since": args.since, "until": args.until, "evidence_k": args.evidence_k}
     if not args.stream:
         r = client.ask(args.question, args.option, args.camera, args.max_new_tokens, timeout=args.timeout, **window)
-        chosen = f"\n(option {r.option_index}: {args.option[r.option_index]})" if r.option_index >= 0 else ""
-        return _report(args, r, _answer_dict(r), r.answer + chosen + (_evidence_lines(r) if args.evidence else ""))
+        chosen = _matched(r, args.option)
+        return _report(args, r, _answer_dict(r, args.option),
+                       r.answer + (f"\n({chosen})" if chosen else "") + (_evidence_lines(r) if args.evidence else ""))
     cancel = threading.Event()
 
     def show(partial: str, new_text: str) -> None:
@@ -160,9 +185,13 @@ def run(args, client) -> int:
         print("\nstreamcache-ask: interrupted (question cancelled)", file=sys.stderr)
         return EXIT_INTERRUPTED
     if not args.json:
-        print(_evidence_lines(r) if args.evidence and r.success else "")
+        print()
+        if r.success and args.option:
+            print(f"({_matched(r, args.option)})")
+        if r.success and args.evidence:
+            print(_evidence_lines(r).lstrip("\n"))
     if args.json:
-        print(json.dumps(_answer_dict(r), indent=2))
+        _print_json(_answer_dict(r, args.option))
     if not r.success:
         print(f"streamcache-ask: {r.error_message}", file=sys.stderr)
         return EXIT_REFUSED

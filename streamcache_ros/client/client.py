@@ -6,6 +6,7 @@
         print(reply.success, reply.answer, reply.error_message)
         result = memory.ask_streaming("describe the room", on_text=lambda partial, new: print(new, end=""))
         status = memory.memory_status()                 # the next MemoryStatus message
+        memory.node_state()                             # 'active', 'inactive', ... (lifecycle)
         goal = memory.ask_async("is the door open?", options=["yes", "no"])  # returns at once (BT leaves)
         reply = memory.ask("where are the keys?", since=t0, until=t1)  # a time window (stamps, seconds)
         reply.evidence_stamps, reply.evidence_cameras, reply.evidence_weights  # the frames it drew on
@@ -271,7 +272,10 @@ class StreamCacheClient:
             self._timeline = self.node.create_client(MemoryTimeline, f"{ns}/memory_timeline")
             self._action = ActionClient(self.node, AskAction, f"{ns}/ask_action")
             if not self._ask.wait_for_service(timeout_sec=timeout):
-                raise NodeNotFound(f"service {ns}/ask not available within {timeout:.0f} s")
+                state = self._lifecycle_nodes(timeout=min(timeout, 5.0))
+                why = "; ".join(f"{name} is {label}: its services appear once it is configured (ros2 lifecycle set "
+                                f"{name} configure)" for name, label in state.items()) or "is the node running?"
+                raise NodeNotFound(f"service {ns}/ask not available within {timeout:.0f} s ({why})")
         except BaseException:
             self.close()
             raise
@@ -352,6 +356,52 @@ class StreamCacheClient:
         except BaseException:
             goal.cancel()  # Ctrl-C or a timeout: the node stops answering too
             raise
+
+    def node_name(self) -> str:
+        """The full name of the node serving ``<namespace>/ask`` ('' when none is seen)."""
+        for name, namespace in self.node.get_node_names_and_namespaces():
+            try:
+                services = self.node.get_service_names_and_types_by_node(name, namespace)
+            except Exception:  # noqa: BLE001 - the node left the graph meanwhile
+                continue
+            if any(service == f"{self.namespace}/ask" for service, _ in services):
+                return f"{namespace.rstrip('/')}/{name}"
+        return ""
+
+    def node_state(self, timeout: float = 5.0) -> str:
+        """The node's lifecycle state: 'active', 'inactive', 'unconfigured', 'finalized' ... ('' when
+        it cannot be asked: no lifecycle services, no reply within ``timeout``)."""
+        # the node's name comes with the graph's node list, which can lag behind its services
+        deadline = time.monotonic() + timeout
+        name = self.node_name()
+        while not name and time.monotonic() < deadline:
+            time.sleep(0.1)
+            name = self.node_name()
+        return self._get_state(name, max(0.5, deadline - time.monotonic())) if name else ""
+
+    def _get_state(self, name: str, timeout: float) -> str:
+        from lifecycle_msgs.srv import GetState  # noqa: PLC0415
+
+        client = self.node.create_client(GetState, f"{name}/get_state")
+        try:
+            if not client.wait_for_service(timeout_sec=timeout):
+                return ""
+            try:
+                return _wait(client.call_async(GetState.Request()), timeout, "get_state").current_state.label
+            except TimeoutError:
+                return ""
+        finally:
+            self._participant.in_spin_thread(self.node.destroy_client, client)
+
+    def _lifecycle_nodes(self, timeout: float) -> dict[str, str]:
+        """The lifecycle nodes in this client's namespace and their states (for a clearer error)."""
+        found = {}
+        for name, namespace in self.node.get_node_names_and_namespaces():
+            full = f"{namespace.rstrip('/')}/{name}"
+            if namespace.rstrip("/") == self.namespace and any(
+                    service == f"{full}/get_state" for service, _ in self.node.get_service_names_and_types()):
+                found[full] = self._get_state(full, timeout) or "in an unknown state"
+        return found
 
     def reset(self, timeout: float | None = 60.0):
         return self._request(self._reset, self._types["ResetMemory"].Request(), timeout, "reset_memory")

@@ -32,7 +32,7 @@ from .guidance import GuidanceProvider
 from .layout import OPTION_LETTERS, ChunkQueue
 from .snapshot_io import read_snapshot, write_snapshot
 from .status import (Answer, ChunkReport, DeviceMemory, EngineInfo, EvidenceFrame, Exchange, FrameRetention,
-                     MemoryTimeline, SessionStatus, UnitInfo)
+                     MemoryCounts, MemoryTimeline, SessionStatus, UnitInfo)
 from .turns import TurnLock
 
 # A question longer than this many characters per allowed token cannot fit: refused before the
@@ -181,7 +181,7 @@ class Session:
     def reset(self) -> int:
         """Forget every frame and the question history; returns the frames forgotten."""
         with self._cache_lock, self._pending_lock:
-            forgotten = self._frames_in_memory()
+            forgotten = self._memory().frames
             self._clear()
             return forgotten
 
@@ -388,9 +388,7 @@ class Session:
                 # a window hides the summary tokens too: they fold frames of any time together
                 key_filter = torch.tensor(visible, dtype=torch.long)
             policy.ensure_room(len(ids) + budget)
-            stamps = self._stamps(visible, window)
-            frames, oldest, newest = len(stamps), *((min(stamps), max(stamps)) if stamps else (0.0, 0.0))
-            kv_tokens = policy.stats().kv_tokens
+            held = self._memory(visible, window=window)
             probe = AttentionMass(self.evidence_layers, policy.geometry.num_layers, self._next_unit,
                                   policy.geometry.device) if evidence_k else None
             decoded = self._decode(ids, budget, started, key_filter, probe, on_text, should_stop)
@@ -403,8 +401,9 @@ class Session:
             self.last_ttft_ms = decoded.ttft_ms
         return Answer(text=text.strip(), option_index=match_option(text, options), answer_tokens=len(decoded.tokens),
                       ttft_ms=decoded.ttft_ms, total_ms=(time.perf_counter() - started) * 1e3,
-                      frames_in_memory=frames, oldest_stamp=oldest, newest_stamp=newest, kv_tokens=kv_tokens,
-                      cancelled=decoded.cancelled, evidence=evidence, evidence_summary_share=summary_share)
+                      frames_in_memory=held.frames, oldest_stamp=held.oldest_stamp, newest_stamp=held.newest_stamp,
+                      kv_tokens=held.kv_tokens, cancelled=decoded.cancelled, evidence=evidence,
+                      evidence_summary_share=summary_share)
 
     def _decode(self, ids: list[int], budget: int, started: float, key_filter: torch.Tensor | None,
                 probe: AttentionMass | None, on_text, should_stop):
@@ -430,11 +429,11 @@ class Session:
         """The units with a frame stamped inside ``window``; QuestionError when there is none."""
         inside = [u for u in units if any(window[0] <= s <= window[1] for s in self.units[u].stamps)]
         if not inside:
-            held = self._stamp_range(units)
+            stamps = self._stamps(units)
             source = f" from camera '{camera}'" if camera else ""
             raise QuestionError(f"no frames{source} in memory between {_describe_stamp(window[0])} and "
-                                f"{_describe_stamp(window[1])} (the memory holds frames stamped {held[0]:.3f} to "
-                                f"{held[1]:.3f}): widen since/until")
+                                f"{_describe_stamp(window[1])} (the memory holds frames stamped {min(stamps, default=0.0):.3f} to "
+                                f"{max(stamps, default=0.0):.3f}): widen since/until")
         return inside
 
     def _stamps(self, units: list[int], window: tuple[float, float] | None = None) -> list[float]:
@@ -486,14 +485,29 @@ class Session:
                                                                       for b in banks], frames)
 
     # -- status ---------------------------------------------------------------------------------
-    def _frames_in_memory(self, units=None) -> int:
-        units = self.units if units is None else units
-        return sum(len(self.units[u].stamps) for u in units)
+    def _memory(self, units=None, held=None, window: tuple[float, float] | None = None) -> MemoryCounts:
+        """What ``units`` (default: all) hold now, as MemoryCounts defines it: a unit's frames count
+        when some layer (H2SVC: some KV head) still holds at least half of the unit's tokens, so a
+        HERMES frame reduced to a token or two in a few layers is not "in memory". With a time
+        ``window`` (a question's since/until), only its frames count, and the summary tokens, which
+        the window hides, are not among the tokens attended over."""
+        held = held or self.policy.unit_tokens()
+        units = set(self.units if units is None else units)
+        column = {u: i for i, u in enumerate(held.units.tolist())}
+        most = held.counts.max(dim=0).values.tolist() if held.counts.numel() else []
+        counted = [u for u in units if u in column and 2 * most[column[u]] >= (self.units[u].tokens or most[column[u]])]
+        stamps = self._stamps(counted, window)
+        outside = [column[u] for u in column if u not in units]  # frames a question limited to ``units`` skips
+        skipped = int(held.counts[:, outside].sum()) if outside else 0
+        if window is not None:
+            skipped += held.summary
+        kv_tokens = self.policy.stats().kv_tokens - round(skipped / held.rows_per_layer)
+        return MemoryCounts(len(stamps), min(stamps, default=0.0), max(stamps, default=0.0), kv_tokens)
 
-    def _stamp_range(self, units=None) -> tuple[float, float]:
-        units = self.units if units is None else units
-        stamps = [s for u in units for s in self.units[u].stamps]
-        return (min(stamps), max(stamps)) if stamps else (0.0, 0.0)
+    def _camera_memory(self) -> dict[str, MemoryCounts]:
+        held = self.policy.unit_tokens()
+        return {camera: self._memory([u for u, info in self.units.items() if info.camera == camera], held)
+                for camera in self.cameras}
 
     def info(self) -> EngineInfo:
         adapter = self.adapter
@@ -504,17 +518,43 @@ class Session:
 
     def status(self) -> SessionStatus:
         with self._cache_lock:
-            oldest, newest = self._stamp_range()
+            held = self._memory()
             return SessionStatus(
                 policy=self.policy.name, model_id=self.adapter.model_id,
-                frames_in_memory=self._frames_in_memory(), oldest_stamp=oldest, newest_stamp=newest,
+                frames_in_memory=held.frames, oldest_stamp=held.oldest_stamp, newest_stamp=held.newest_stamp,
                 cache=self.policy.stats(), prefix_tokens=len(self.adapter.prefix_ids),
                 device_memory=DeviceMemory.of(self.adapter.device), last_chunk=self.last_chunk,
                 chunks_encoded=self.chunks_encoded, chunks_failed=self.chunks_failed,
                 chunks_failed_in_a_row=self.chunks_failed_in_a_row, last_chunk_error=self.last_chunk_error,
                 questions_answered=self.questions_answered, pending_frames=self.pending_frames(),
                 last_ttft_ms=self.last_ttft_ms, cameras=list(self.cameras),
-                most_questions_a_chunk_waited_for=self.most_questions_a_chunk_waited_for)
+                most_questions_a_chunk_waited_for=self.most_questions_a_chunk_waited_for,
+                camera_memory=self._camera_memory())
+
+    # -- runtime tuning -------------------------------------------------------------------------
+    def tune(self, max_new_tokens: int | None = None, sample_fps: float | None = None,
+             budget_tokens: int | None = None) -> None:
+        """Change what may change while the stream runs (docs/interfaces.md, "Changing parameters at
+        runtime"); a ConfigError changes nothing. ``sample_fps``: the frames waiting for their chunk
+        are encoded first, at the old rate (a partial chunk), so that every chunk's time stride
+        (Qwen2.5-VL's M-RoPE t) matches its own frames' spacing. ``budget_tokens``: the next chunk's
+        compression brings the cache to it."""
+        if max_new_tokens is not None and int(max_new_tokens) < 1:
+            raise ConfigError("max_new_tokens", f"must be >= 1, got {max_new_tokens}")
+        if sample_fps is not None and not float(sample_fps) > 0:
+            raise ConfigError("sample_fps", f"must be > 0, got {sample_fps}")
+        if budget_tokens is not None and not self.policy.settings_class.takes("budget_tokens"):
+            raise ConfigError("budget_tokens", f"is not used by policy {self.policy.name}: it keeps no token budget")
+        with self._cache_lock:
+            if max_new_tokens is not None:
+                self.config.max_new_tokens = int(max_new_tokens)
+            if budget_tokens is not None:
+                self.policy.set_budget(int(budget_tokens))
+            if sample_fps is not None:
+                try:
+                    self.flush()  # a chunk that fails here is dropped and reported (ChunkError) ...
+                finally:
+                    self.adapter.set_sample_fps(float(sample_fps))  # ... and the new rate applies all the same
 
     # -- snapshots ------------------------------------------------------------------------------
     def _identity(self) -> dict:
@@ -534,9 +574,18 @@ class Session:
     def load(self, path: str) -> int:
         """Replace the memory with the snapshot at ``path``; returns frames in memory.
 
-        A snapshot of another model or policy (or policy parameters) is refused; memory unchanged.
+        A snapshot that is not one (truncated, corrupted, another format version) or was made with
+        another model or policy (or policy parameters) is refused; the memory is then unchanged.
         """
         state = read_snapshot(path, self._identity())
+        try:  # everything read before anything is replaced
+            units = {int(u): UnitInfo(tuple(float(t) for t in i["stamps"]), str(i["camera"]), int(i["chunk"]),
+                                      int(i.get("tokens", 0))) for u, i in state["units"].items()}
+            history = [Exchange(**x) for x in state["history"]]
+            cameras = [str(c) for c in state["cameras"]]
+            next_unit, next_chunk = int(state["next_unit"]), int(state["next_chunk"])
+        except Exception as err:  # noqa: BLE001 - a file of the right format with the wrong content
+            raise SnapshotError(f"snapshot '{path}' has unreadable bookkeeping ({type(err).__name__}: {err})") from None
         with self._cache_lock, self._pending_lock:
             backup = self.policy.state_dict()
             try:
@@ -544,10 +593,7 @@ class Session:
             except Exception as err:
                 self.policy.load_state_dict(backup)
                 raise SnapshotError(f"snapshot '{path}' does not fit this cache: {err}") from None
-            self.units = {int(u): UnitInfo(tuple(i["stamps"]), i["camera"], i["chunk"], int(i.get("tokens", 0)))
-                          for u, i in state["units"].items()}
-            self.history = [Exchange(**x) for x in state["history"]]
-            self.cameras = list(state["cameras"])
-            self._next_unit, self._next_chunk = int(state["next_unit"]), int(state["next_chunk"])
+            self.units, self.history, self.cameras = units, history, cameras
+            self._next_unit, self._next_chunk = next_unit, next_chunk
             self._pending.clear()
-            return self._frames_in_memory()
+            return self._memory().frames

@@ -1,6 +1,14 @@
-"""Memory snapshots on disk: written atomically, read back and checked before anything is replaced."""
+"""Memory snapshots on disk: written atomically, read back and checked before anything is replaced.
+
+A file is one header line, ``streamcache-snapshot <format> <sha256 of the rest>``, then the state as
+``torch.save`` writes it. A file that is truncated or altered (the digest differs), of another
+format version, or not a snapshot at all is refused before anything is loaded; ``torch.load`` runs
+with ``weights_only`` (tensors and plain containers only, never code).
+"""
 from __future__ import annotations
 
+import hashlib
+import io
 import os
 import threading
 from typing import Any
@@ -9,35 +17,74 @@ import torch
 
 from .errors import SnapshotError
 
-SNAPSHOT_FORMAT = 1
+SNAPSHOT_FORMAT = 2  # 1: a bare torch.save file, no digest (refused: save the memory again)
+MAGIC = b"streamcache-snapshot"
 IDENTITY_KEYS = ("model_id", "config_hash", "policy", "policy_config")
+HEADER_LIMIT = 256  # bytes: the header line is far shorter
 
 
 def write_snapshot(path: str, state: dict[str, Any]) -> int:
     """Write ``state`` to ``path`` through a temporary file renamed over it (a crash mid-write leaves
     the last snapshot whole); returns the bytes written."""
+    buffer = io.BytesIO()
+    torch.save({"format": SNAPSHOT_FORMAT, **state}, buffer)
+    payload = buffer.getbuffer()
+    header = b"%s %d %s\n" % (MAGIC, SNAPSHOT_FORMAT, hashlib.sha256(payload).hexdigest().encode())
     temporary = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
     try:
-        torch.save({"format": SNAPSHOT_FORMAT, **state}, temporary)
+        with open(temporary, "wb") as f:
+            f.write(header)
+            f.write(payload)
+            f.flush()
+            os.fsync(f.fileno())
         os.replace(temporary, path)
-    except (OSError, RuntimeError) as err:  # torch: RuntimeError for a missing directory
+    except OSError as err:
         if os.path.exists(temporary):
             os.remove(temporary)
-        raise SnapshotError(f"cannot write snapshot '{path}': {getattr(err, 'strerror', None) or err}") from None
+        raise SnapshotError(f"cannot write snapshot '{path}': {err.strerror or err}") from None
     return os.path.getsize(path)
 
 
-def read_snapshot(path: str, identity: dict[str, Any]) -> dict[str, Any]:
-    """The snapshot at ``path``; refused (SnapshotError naming what differs) when it is not one, or
-    was made with another model, policy or policy configuration than ``identity``."""
+def _payload(path: str) -> bytes:
+    """The checked state bytes of the file at ``path``; SnapshotError saying what is wrong."""
     try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
+        with open(path, "rb") as f:
+            data = f.read()
     except FileNotFoundError:
         raise SnapshotError(f"no snapshot at '{path}'") from None
-    except Exception as err:  # pickle / zip errors: not a snapshot
+    except OSError as err:
+        raise SnapshotError(f"cannot read snapshot '{path}': {err.strerror or err}") from None
+    end = data.find(b"\n", 0, HEADER_LIMIT)
+    fields = data[:end].split(b" ") if end > 0 else []
+    if len(fields) != 3 or fields[0] != MAGIC:
+        older = " (a snapshot of format 1, written before snapshots carried a digest: save it again)" \
+            if data.startswith(b"PK") else ""
+        raise SnapshotError(f"'{path}' is not a streamcache snapshot{older}")
+    if fields[1] != str(SNAPSHOT_FORMAT).encode():
+        raise SnapshotError(f"snapshot '{path}' is of format {fields[1].decode(errors='replace')}; this node reads "
+                            f"format {SNAPSHOT_FORMAT}")
+    payload = data[end + 1:]
+    if hashlib.sha256(payload).hexdigest().encode() != fields[2]:
+        raise SnapshotError(f"snapshot '{path}' is damaged: truncated or altered (its digest does not match)")
+    return payload
+
+
+def read_state(path: str) -> dict[str, Any]:
+    """The state saved in the snapshot at ``path`` (checked: a snapshot, this format, undamaged)."""
+    payload = _payload(path)
+    try:
+        state = torch.load(io.BytesIO(payload), map_location="cpu", weights_only=True)
+    except Exception as err:  # noqa: BLE001 - pickle / zip errors: not a snapshot
         raise SnapshotError(f"'{path}' is not a streamcache snapshot ({type(err).__name__})") from None
     if not isinstance(state, dict) or state.get("format") != SNAPSHOT_FORMAT:
         raise SnapshotError(f"'{path}' is not a streamcache snapshot (format {SNAPSHOT_FORMAT})")
+    return state
+
+
+def read_snapshot(path: str, identity: dict[str, Any]) -> dict[str, Any]:
+    """The snapshot at ``path``; refused (SnapshotError naming what differs) when it is not one, is
+    damaged, or was made with another model, policy or policy configuration than ``identity``."""
+    state = read_state(path)
     for key in IDENTITY_KEYS:
         theirs, ours = state.get(key), identity[key]
         if theirs != ours:

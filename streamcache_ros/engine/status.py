@@ -17,7 +17,21 @@ class UnitInfo:
     stamps: tuple[float, ...]
     camera: str
     chunk: int
-    tokens: int = 0  # the unit's tokens when it arrived, per KV head (0: a snapshot from before this was kept)
+    tokens: int = 0  # the unit's tokens when it arrived, per layer (H2SVC: per KV head); 0: a snapshot from before this was kept
+
+
+@dataclass(frozen=True)
+class MemoryCounts:
+    """What a set of frames (every camera's, or one camera's) holds now. Definitions
+    (docs/interfaces.md, "What the numbers mean"): ``frames`` counts the frames of which some layer
+    (H2SVC: some KV head) still holds at least half the tokens; the stamps are theirs; ``kv_tokens``
+    is what a question limited to that set attends over: the system prompt, summary tokens and the
+    set's frame tokens, summed over layers (H2SVC: over KV heads / KV heads per layer)."""
+
+    frames: int = 0
+    oldest_stamp: float = 0.0
+    newest_stamp: float = 0.0
+    kv_tokens: int = 0
 
 
 @dataclass
@@ -151,3 +165,9 @@ class SessionStatus:
     last_ttft_ms: float = 0.0
     cameras: list[str] = field(default_factory=list)
     most_questions_a_chunk_waited_for: int = 0
+    camera_memory: dict[str, MemoryCounts] = field(default_factory=dict)  # per camera, as frames_in_memory
+
+    @property
+    def memory(self) -> MemoryCounts:
+        """The whole memory's counts (every camera's)."""
+        return MemoryCounts(self.frames_in_memory, self.oldest_stamp, self.newest_stamp, self.cache.kv_tokens)

@@ -1,5 +1,11 @@
 """The camera side of the node: image callbacks (validate, sample by stamp, put the frame in the
-camera's one-frame slot) and the ingest thread that takes frames from the slots into the session.
+camera's queue) and the ingest thread that takes frames from the queues into the session.
+
+QoS (docs/interfaces.md "QoS"): sensor-data depth and history, reliability matched to the topic's
+publishers as `ros2 bag record` does: reliable when every publisher is reliable, best effort
+otherwise (and while there is none yet). It is checked again every second as publishers come and
+go; a change resubscribes, and is logged and shown in the camera's diagnostics. A
+``qos_overrides.<topic>.subscription.reliability`` parameter wins over the match.
 
 Faults (docs/reliability.md): a bad image is rejected with its reason and counted; a chunk that
 fails (the model raising, CUDA out of memory) is dropped and reported while ingest goes on; nothing
@@ -9,7 +15,8 @@ from __future__ import annotations
 
 import traceback
 
-from rclpy.qos import QoSProfile, qos_profile_sensor_data
+from rclpy.event_handler import SubscriptionEventCallbacks
+from rclpy.qos import QoSPolicyKind, QoSProfile, QoSReliabilityPolicy, qos_profile_sensor_data
 from rclpy.qos_overriding_options import QoSOverridingOptions
 from sensor_msgs.msg import CompressedImage, Image
 from std_msgs.msg import Header
@@ -20,22 +27,52 @@ from .sampler import NS_PER_S, CameraCounters, SampledFrame
 from .translate import stamp_to_ns
 
 
-class CameraInput:
-    """One subscribed camera: its configured name, resolved topic, counters and subscription."""
+RELIABLE, BEST_EFFORT = QoSReliabilityPolicy.RELIABLE, QoSReliabilityPolicy.BEST_EFFORT
 
-    def __init__(self, name: str, counters: CameraCounters, group):
-        self.name = name  # as written in camera_topics: the session's camera key and the Ask camera
+
+def match_reliability(publishers: list[QoSReliabilityPolicy]) -> tuple[QoSReliabilityPolicy, str]:
+    """The subscription's reliability for these publishers' and why: reliable when every one is
+    reliable, best effort otherwise (a best-effort subscription matches any publisher, and a reliable
+    one would not match a best-effort publisher at all)."""
+    if not publishers:
+        return BEST_EFFORT, "best effort: no publisher yet"
+    others = sum(1 for p in publishers if p != RELIABLE)
+    if others:
+        return BEST_EFFORT, f"best effort: {others} of {len(publishers)} publisher(s) best effort"
+    return RELIABLE, f"reliable: matched to {len(publishers)} publisher(s), all reliable"
+
+
+class CameraInput:
+    """One camera: its names, counters, subscription and the QoS it was subscribed with."""
+
+    def __init__(self, name: str, counters: CameraCounters, group, topic: str = ""):
+        self.name = name  # as written in camera_topics
+        # the resolved full name (namespace and remaps applied): the session's camera key, and the
+        # name the log, the diagnostics, MemoryStatus and every error use
+        self.topic = topic or name
         self.counters = counters
         self.group = group
-        self.topic = name  # resolved full name once subscribed
         self.subscription = None
+        self.reliability_overridden = False  # qos_overrides.<topic>.subscription.reliability given
+        self.reliability: QoSReliabilityPolicy | None = None  # of the current subscription
+        self.qos_text = "not subscribed"  # what the log and the diagnostics say about the QoS
+        self.qos_changes = 0  # resubscriptions because the publishers changed
         self.logged_reasons: set[str] = set()
         self.last_ingested_ns: int | None = None  # the stamp of the last frame the ingest thread took
 
 
 class CameraIngest:
-    """Mixed into the node (node.py), which owns ``cameras``, ``slots``, ``converter``, ``session``,
-    ``diagnostics``, ``ack_pub``, ``snapshots``, ``_stopping`` and ``sample_fps``."""
+    """Mixed into the node (node.py), which owns ``cameras``, ``slots`` (the sampled frames' queues),
+    ``converter``, ``session``, ``diagnostics``, ``ack_pub``, ``snapshots``, ``_stopping`` and ``sample_fps``."""
+
+    def _qos_options(self, camera: CameraInput) -> QoSOverridingOptions:
+        """The qos_overrides.<topic>.subscription.* parameters rclpy declares and applies: history
+        and depth always; reliability only when given (rclpy keeps a declared value, which would
+        then pin the reliability the first subscription had)."""
+        kinds = [QoSPolicyKind.HISTORY, QoSPolicyKind.DEPTH]
+        if camera.reliability_overridden:
+            kinds.append(QoSPolicyKind.RELIABILITY)
+        return QoSOverridingOptions(kinds)
 
     def _check_qos_overrides(self, camera: CameraInput) -> None:
         """A bad qos_overrides.<topic>.subscription.* value is a configuration error (found at
@@ -43,27 +80,62 @@ class CameraIngest:
         from rclpy.qos_overriding_options import _declare_qos_parameters  # noqa: PLC0415
         from rclpy.subscription import Subscription  # noqa: PLC0415
 
-        topic = self.resolve_topic_name(camera.name)
-        sensor = qos_profile_sensor_data
-        scratch = QoSProfile(history=sensor.history, depth=sensor.depth, reliability=sensor.reliability,
-                             durability=sensor.durability)  # rclpy writes the overrides into the profile
+        topic = camera.topic
+        overrides = getattr(self, "_parameter_overrides", {})  # rclpy keeps the given ones here
+        camera.reliability_overridden = (f"qos_overrides.{topic}.subscription.reliability" in overrides
+                                         or self.has_parameter(f"qos_overrides.{topic}.subscription.reliability"))
         try:
-            _declare_qos_parameters(Subscription, self, topic, scratch, QoSOverridingOptions.with_default_policies())
+            _declare_qos_parameters(Subscription, self, topic, self._camera_qos(BEST_EFFORT), self._qos_options(camera))
         except Exception as err:  # noqa: BLE001 - InvalidQosOverridesError, ParameterException, ...
             raise ConfigError(f"qos_overrides.{topic}.subscription", str(err).splitlines()[0]) from None
 
+    @staticmethod
+    def _camera_qos(reliability: QoSReliabilityPolicy) -> QoSProfile:
+        """Sensor-data depth, history and durability (keep last 5, volatile) with ``reliability``."""
+        sensor = qos_profile_sensor_data
+        return QoSProfile(history=sensor.history, depth=sensor.depth, reliability=reliability,
+                          durability=sensor.durability)
+
+    def _publisher_reliability(self, camera: CameraInput) -> tuple[QoSReliabilityPolicy, str]:
+        if camera.reliability_overridden:
+            value = self.get_parameter(f"qos_overrides.{camera.topic}.subscription.reliability").value
+            return QoSReliabilityPolicy[str(value).upper()], f"{str(value).replace('_', ' ')}: set by qos_overrides"
+        return match_reliability([p.qos_profile.reliability for p in self.get_publishers_info_by_topic(camera.topic)])
+
     def _subscribe(self, camera: CameraInput) -> None:
         msg_type = CompressedImage if camera.name.rstrip("/").endswith("/compressed") else Image
-        # sensor-data QoS (best effort) by default; qos_overrides.<topic>.subscription.reliability
-        # := reliable for large images from a reliable publisher (best effort loses big messages)
+        reliability, camera.qos_text = self._publisher_reliability(camera)
+        # a reliable subscription and a best-effort publisher do not match: rmw then warns on every
+        # discovery; the next check (every second) moves to best effort, so say nothing here
+        events = SubscriptionEventCallbacks(incompatible_qos=lambda info: None)
         camera.subscription = self.create_subscription(
-            msg_type, camera.name, lambda msg, c=camera: self._on_image(c, msg), qos_profile_sensor_data,
-            callback_group=camera.group, qos_overriding_options=QoSOverridingOptions.with_default_policies())
+            msg_type, camera.name, lambda msg, c=camera: self._on_image(c, msg), self._camera_qos(reliability),
+            callback_group=camera.group, event_callbacks=events, qos_overriding_options=self._qos_options(camera))
+        camera.reliability = reliability
+        self.get_logger().info(f"camera {camera.topic}: subscribed {camera.qos_text}")
+
+    def _match_camera_qos(self) -> None:
+        """The QoS timer (every second while active): resubscribe a camera whose publishers now
+        call for the other reliability."""
+        for camera in list(self.cameras.values()):
+            if camera.subscription is None or camera.reliability_overridden:
+                continue
+            try:
+                reliability, text = self._publisher_reliability(camera)
+            except Exception:  # noqa: BLE001 - the context is shutting down
+                return
+            if reliability == camera.reliability:
+                camera.qos_text = text
+                continue
+            self.destroy_subscription(camera.subscription)
+            camera.subscription = None
+            camera.qos_changes += 1
+            self._subscribe(camera)
 
     def _on_image(self, camera: CameraInput, msg) -> None:
         stamp_ns = stamp_to_ns(msg.header.stamp)
         camera.counters.arrived(stamp_ns)
-        self.diagnostics.frame_arrived(camera.name, stamp_ns, self.get_clock().now().nanoseconds)
+        self.diagnostics.frame_arrived(camera.topic, stamp_ns, self.get_clock().now().nanoseconds)
         try:
             if not is_compressed(msg):
                 check_raw_image(msg, self.converter.max_pixels)  # cheap: every frame is checked
@@ -71,10 +143,11 @@ class CameraIngest:
                 # compressed images are decoded (and so fully checked) only when sampled
                 rgb = self.converter.to_rgb(msg)
                 camera.counters.sampled(stamp_ns)
-                replaced = self.slots.put(SampledFrame(camera.name, stamp_ns, rgb))
-                if replaced is not None:  # the ingest thread had not taken the previous one
+                dropped, waiting = self.slots.put(SampledFrame(camera.topic, stamp_ns, rgb))
+                camera.counters.queued(waiting)  # waits behind a chunk or a question, encoded after it
+                if dropped is not None:  # the queue was full: the encoder is slower than the sampling
                     camera.counters.dropped()
-                    self._ack(camera, replaced.stamp_ns)
+                    self._ack(camera, dropped.stamp_ns)
                 return  # acknowledged once the ingest thread has taken it
         except ImageRejected as err:
             self._reject(camera, err.reason, str(err))

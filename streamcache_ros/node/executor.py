@@ -22,6 +22,13 @@ _SKIPPED = tuple(getattr(executors, name) for name in ("ExternalShutdownExceptio
 QUEUED_WAIT_S = 0.005  # how long the spinning thread sleeps while a submitted task waits for a worker
 
 
+def _destroyed_meanwhile(err: RuntimeError) -> bool:
+    """rcl's refusal of an entity whose handle was destroyed by another thread (rclpy's InvalidHandle,
+    or RCLError "Failed to add '<entity>' to wait set: ... pointer is invalid")."""
+    text = str(err)
+    return type(err).__name__ == "InvalidHandle" or ("to wait set" in text and "is invalid" in text)
+
+
 class NodeExecutor(executors.MultiThreadedExecutor):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -35,10 +42,14 @@ class NodeExecutor(executors.MultiThreadedExecutor):
             handler, _, _ = self.wait_for_ready_callbacks(timeout_sec, None, wait_condition)
         except _SKIPPED:
             return None
-        except RuntimeError:  # rclpy's RCLError
+        except RuntimeError as err:  # rclpy's RCLError, InvalidHandle
             # SIGTERM's handler shuts the context down from another thread: between spin()'s ok()
             # check and the wait set made here. That is the end of spinning, not an error.
-            if self._context.ok():
+            # A lifecycle transition on a worker thread (cleanup, shutdown) destroys the services and
+            # the action server: one destroyed between the wait set's list of entities and its
+            # addition is refused by rcl ("... pointer is invalid"), and the next wait set is made
+            # without it (the failed generator is replaced). That is not an error either.
+            if self._context.ok() and not _destroyed_meanwhile(err):
                 raise
             return None
         started = self._waiting.get(handler)

@@ -2,14 +2,18 @@
 (docs/interfaces.md), and the memory snapshot it keeps at memory_snapshot_path (snapshots.py).
 
 A refusal answers with the engine's own reason (a snapshot of another model or policy, a missing
-file); the memory is then unchanged.
+or damaged file); the memory is then unchanged. save_memory and load_memory take names inside
+``snapshot_dir`` only: any participant on the ROS domain can call them (docs/reliability.md,
+"Securing the memory services").
 """
 from __future__ import annotations
 
+import os
 import traceback
 
 from ..engine.errors import SnapshotError, StreamCacheError
 from . import translate
+from .snapshots import in_snapshot_dir
 
 
 class _RequestError(StreamCacheError):
@@ -58,6 +62,9 @@ class MemoryServices:
                     raise _RequestError(f"path is empty and memory_snapshot_path {self.snapshots.path} holds a "
                                         "snapshot refused at start: give a path")
                 path = self.snapshots.path
+            else:
+                path = self._in_snapshot_dir(path)
+                os.makedirs(self.snapshot_dir, mode=0o700, exist_ok=True)
             r.bytes_written = self.session.save(path)
             r.frames_in_memory = self.session.status().frames_in_memory
             self.get_logger().info(f"memory saved to {path}: {r.bytes_written} bytes")
@@ -67,17 +74,25 @@ class MemoryServices:
         def load(r):
             if not request.path.strip():
                 raise _RequestError("path is empty")
+            path = self._in_snapshot_dir(request.path.strip())
             self.slots.clear()
-            r.frames_in_memory = self.session.load(request.path)
+            r.frames_in_memory = self.session.load(path)
             for camera in self.cameras.values():
                 camera.last_ingested_ns = None
-            self.get_logger().info(f"memory loaded from {request.path}: {r.frames_in_memory} frames")
+            self.get_logger().info(f"memory loaded from {path}: {r.frames_in_memory} frames")
         return self._memory_call(response, load)
 
     def _on_memory_timeline(self, request, response):
         def timeline(r):
             translate.fill_timeline(r, self.session.memory_timeline(self._camera_key(request.camera)))
         return self._memory_call(response, timeline)
+
+    def _in_snapshot_dir(self, name: str) -> str:
+        try:
+            return in_snapshot_dir(name, self.snapshot_dir)
+        except ValueError as err:
+            self.get_logger().warning(f"memory service refused: {err}")
+            raise _RequestError(str(err)) from None
 
     def _write_snapshot(self, reason: str) -> None:
         session = self.session

@@ -6,8 +6,9 @@ the action, the publishers and the diagnostics. activate: subscribe to the camer
 ingest thread (cameras.py). deactivate / cleanup undo those steps.
 
 Threads: image callbacks (one mutually exclusive group per camera) validate, sample by stamp and put
-the frame in the camera's one-frame slot; the ingest thread takes frames from the slots into the
-session (encoding a chunk every chunk_frames). Questions run on the executor's other threads; the
+the frame in the camera's bounded queue; the ingest thread takes frames from the queues into the
+session (encoding a chunk every chunk_frames), so a frame sampled while a question is answered waits
+and is encoded after it. Questions run on the executor's other threads; the
 session's lock serialises them with chunk encoding, and a question flushes the pending frames first,
 so every frame taken before the call is in memory for it; a chunk that falls due while a question
 runs goes before the next question (engine/turns.py), so ingest waits for one question at most.
@@ -16,6 +17,10 @@ chunk / question / reset.
 
 Faults (docs/reliability.md): a question the engine refuses is answered with the engine's reason
 and the memory unchanged; nothing a camera or a client sends can end the process.
+
+Names: a camera is known everywhere (the session, the log, the diagnostics, MemoryStatus, errors) by
+its resolved topic, namespace and remaps applied; a question may name it as written in
+camera_topics too. Parameters that can change at runtime: tuning.py.
 """
 from __future__ import annotations
 
@@ -40,8 +45,9 @@ from .cameras import CameraIngest, CameraInput
 from .memory_services import MemoryServices
 from .diagnostics import EngineView, NodeDiagnostics
 from .image_conversion import ImageConverter
-from .sampler import CameraCounters, LatestFrameSlots
-from .snapshots import SnapshotKeeper, check_path
+from .sampler import CameraCounters, FrameQueues
+from .snapshots import SnapshotKeeper, check_path, snapshot_dir
+from .tuning import RuntimeTuning
 
 NODE_NAME = "streamcache_node"
 # memory_status: one after each chunk, so a fast replay makes bursts; a deep history keeps a slow
@@ -53,7 +59,7 @@ ACK_QOS = QoSProfile(history=QoSHistoryPolicy.KEEP_LAST, depth=1000, reliability
                      durability=QoSDurabilityPolicy.VOLATILE)
 
 
-class StreamCacheNode(CameraIngest, MemoryServices, LifecycleNode):
+class StreamCacheNode(CameraIngest, MemoryServices, RuntimeTuning, LifecycleNode):
     def __init__(self, node_name: str = NODE_NAME, **kwargs):
         super().__init__(node_name, **kwargs)
         self.values = params.declare_all(self)  # ConfigError: a wrong type or a value out of range
@@ -65,7 +71,7 @@ class StreamCacheNode(CameraIngest, MemoryServices, LifecycleNode):
         self.session = None
         self.info: EngineInfo | None = None  # what the session runs (model, policy, chunk_frames ...)
         self.cameras: dict[str, CameraInput] = {}
-        self.slots = LatestFrameSlots()
+        self.slots = FrameQueues()
         self.converter: ImageConverter | None = None
         self.diagnostics: NodeDiagnostics | None = None
         self._active = False
@@ -75,12 +81,16 @@ class StreamCacheNode(CameraIngest, MemoryServices, LifecycleNode):
         self._status: SessionStatus | None = None  # after the last chunk / question / reset / load
         self._ingest_error = ""  # an ingest failure outside the engine's own chunk errors
         self.snapshots = SnapshotKeeper("")
+        self.snapshot_dir = ""  # save_memory / load_memory's folder, from configure on
         self._saved_at_stop = False
         self._entities = []  # services, action server, publishers, timers made at configure
         self._timer = None
+        self._qos_timer = None
+        self.finalized = False  # the lifecycle shutdown transition ran: main ends the process
         self._question_group = MutuallyExclusiveCallbackGroup()
         self._action_group = ReentrantCallbackGroup()
         self._timer_group = MutuallyExclusiveCallbackGroup()
+        self.add_on_set_parameters_callback(self._check_parameter_changes)
         self.add_post_set_parameters_callback(self._on_parameters_set)
 
     # -- lifecycle ------------------------------------------------------------------------------
@@ -106,9 +116,11 @@ class StreamCacheNode(CameraIngest, MemoryServices, LifecycleNode):
         values = params.read_all(self)
         params.validate_node_params(values)
         snapshot_path = check_path(str(values["memory_snapshot_path"]))
+        self.snapshot_dir = snapshot_dir(str(values["snapshot_dir"]))
         faults = failpoints.arm_from_environment()  # before the model loads: a typo fails fast
         self.values = values
-        self.session = build_session({**params.engine_params(values), "camera_topics": values["camera_topics"]})
+        topics = {name: self.resolve_topic_name(name) for name in values["camera_topics"]}
+        self.session = build_session({**params.engine_params(values), "camera_topics": list(topics.values())})
         self.info = self.session.info()
         if faults is not None:
             self.get_logger().warning(f"{failpoints.ENV}={faults}: TEST faults are being injected")
@@ -120,20 +132,21 @@ class StreamCacheNode(CameraIngest, MemoryServices, LifecycleNode):
             log(restored)
         self.sample_fps = float(values["sample_fps"])
         self.converter = ImageConverter(int(values["max_image_pixels"]))
-        self.cameras = {name: CameraInput(name, CameraCounters(name, self.sample_fps),
-                                          MutuallyExclusiveCallbackGroup())
-                        for name in values["camera_topics"]}
+        self.cameras = {topic: CameraInput(name, CameraCounters(topic, self.sample_fps),
+                                           MutuallyExclusiveCallbackGroup(), topic)
+                        for name, topic in topics.items()}
         for camera in self.cameras.values():
             self._check_qos_overrides(camera)
         self._status = self.session.status()
         self._ingest_error = ""
-        self.slots = LatestFrameSlots()
+        self.slots = FrameQueues(int(values["frame_queue_size"]))
         self._make_interfaces()
         if self.diagnostics is None:  # the Updater declares its parameter: made once per node
             self.diagnostics = NodeDiagnostics(self, self.engine_view)
         min_rate, max_delay = self._diagnostic_limits()
         for camera in self.cameras.values():
-            self.diagnostics.add_camera(camera.name, camera.counters, min_rate, max_delay)
+            self.diagnostics.add_camera(camera.topic, camera.counters, min_rate, max_delay,
+                                        qos=lambda c=camera: (c.qos_text, c.qos_changes))
         info = self.info
         self.diagnostics.add_engine(info.model_id)
         self.get_logger().info(
@@ -165,20 +178,22 @@ class StreamCacheNode(CameraIngest, MemoryServices, LifecycleNode):
             try:
                 self._subscribe(camera)
             except Exception as err:  # noqa: BLE001 - checked at configure already; anything else rclpy refuses
-                self.configure_error = f"cannot subscribe to {camera.name}: {str(err).splitlines()[0]}"
+                self.configure_error = f"cannot subscribe to {camera.topic}: {str(err).splitlines()[0]}"
                 if not self.autostart:
                     self.get_logger().error(self.configure_error)
                 self._deactivate()
                 return TransitionCallbackReturn.FAILURE
-            camera.topic = camera.subscription.topic_name
             camera.last_ingested_ns = None
         self._stopping.clear()
-        self.slots = LatestFrameSlots()
+        self.slots = FrameQueues(self.slots.capacity)
         self._ingest_thread = threading.Thread(target=self._ingest_loop, name="streamcache-ingest", daemon=True)
         self._ingest_thread.start()
         # steady clock: the status keeps coming at 1 Hz when a replay's /clock stops
         self._timer = self.create_timer(1.0, self.publish_memory_status, callback_group=self._timer_group,
                                         clock=Clock(clock_type=ClockType.STEADY_TIME))
+        # publishers come and go: the cameras' reliability follows them (cameras.py)
+        self._qos_timer = self.create_timer(1.0, self._match_camera_qos, callback_group=self._timer_group,
+                                            clock=Clock(clock_type=ClockType.STEADY_TIME))
         self._active = True
         self.get_logger().info(f"active: listening on {', '.join(c.topic for c in self.cameras.values())}")
         self.publish_memory_status()
@@ -195,6 +210,7 @@ class StreamCacheNode(CameraIngest, MemoryServices, LifecycleNode):
     def on_shutdown(self, state: LifecycleState) -> TransitionCallbackReturn:
         self._deactivate()
         self._teardown()
+        self.finalized = True  # main ends the process (exit code 0) once the transition is done
         return TransitionCallbackReturn.SUCCESS
 
     def _deactivate(self) -> None:
@@ -205,9 +221,10 @@ class StreamCacheNode(CameraIngest, MemoryServices, LifecycleNode):
             if camera.subscription is not None:
                 self.destroy_subscription(camera.subscription)
                 camera.subscription = None
-        if self._timer is not None:
-            self.destroy_timer(self._timer)
-            self._timer = None
+        for name in ("_timer", "_qos_timer"):
+            if getattr(self, name) is not None:
+                self.destroy_timer(getattr(self, name))
+                setattr(self, name, None)
         if self._ingest_thread is not None:
             self._ingest_thread.join()
             self._ingest_thread = None
@@ -247,11 +264,11 @@ class StreamCacheNode(CameraIngest, MemoryServices, LifecycleNode):
 
     # -- questions ------------------------------------------------------------------------------
     def _camera_key(self, camera: str) -> str:
-        """The session's name of a camera asked for by its name in camera_topics or its resolved
-        topic; anything else goes to the session as it is (which refuses it, saying why)."""
-        for name, cam in self.cameras.items():
-            if camera and camera in (name, cam.topic):
-                return name
+        """The resolved topic of a camera asked for by that name or as written in camera_topics;
+        anything else goes to the session as it is (which refuses it, naming the cameras)."""
+        for cam in self.cameras.values():
+            if camera and camera in (cam.name, cam.topic):
+                return cam.topic
         return camera
 
     def answer(self, request, result, on_text=None, should_stop=None):
@@ -260,11 +277,19 @@ class StreamCacheNode(CameraIngest, MemoryServices, LifecycleNode):
         session, info = self.session, self.info
         result.method, result.model_id = (info.policy, info.model_id) if info is not None else ("", "")
         result.option_index = -1
+        camera = self._camera_key(request.camera)
+
+        def refuse(message: str):  # with what the memory holds (of the camera asked about)
+            with self._status_lock:
+                status = self._status
+            held = None if status is None else status.camera_memory.get(camera) if camera else status.memory
+            return translate.refuse(result, message, held)
+
         if not self._active or session is None:
-            return translate.refuse(result, f"{self.get_name()} is not active: configure and activate it first"), False
+            return refuse(f"{self.get_name()} is not active: configure and activate it first"), False
         stop = (lambda: self._stopping.is_set() or should_stop()) if should_stop else self._stopping.is_set
         try:
-            answer = session.ask(request.question, list(request.options), camera=self._camera_key(request.camera),
+            answer = session.ask(request.question, list(request.options), camera=camera,
                                  max_new_tokens=int(request.max_new_tokens), on_text=on_text, should_stop=stop,
                                  since=translate.window_bound(request.since),
                                  until=translate.window_bound(request.until),
@@ -272,12 +297,13 @@ class StreamCacheNode(CameraIngest, MemoryServices, LifecycleNode):
         except StreamCacheError as err:  # QuestionError, ChunkError (flushing), AnswerError: memory unchanged
             if isinstance(err, (AnswerError, ChunkError)):  # a fault, not the client's doing
                 self.get_logger().error(f"question failed: {err}")
-            return translate.refuse(result, str(err)), False
+            self._refresh_status()
+            return refuse(str(err)), False
         except Exception as err:  # noqa: BLE001 - a request never takes the node down
             self.get_logger().error(f"question failed: {type(err).__name__}: {err}\n{traceback.format_exc()}")
-            return translate.refuse(result, f"internal error: {type(err).__name__}: {err}"), False
-        finally:
             self._refresh_status()
+            return refuse(f"internal error: {type(err).__name__}: {err}"), False
+        self._refresh_status()
         now_s = self.get_clock().now().nanoseconds * 1e-9
         return translate.fill_answer(result, answer, now_s), answer.cancelled
 
@@ -317,7 +343,8 @@ class StreamCacheNode(CameraIngest, MemoryServices, LifecycleNode):
             msg = MemoryStatus()
             msg.header.stamp = stamp
             return msg
-        return translate.memory_status(status, [c.counters.snapshot() for c in list(self.cameras.values())], stamp)
+        return translate.memory_status(status, {c.topic: c.counters.snapshot() for c in list(self.cameras.values())},
+                                       stamp, self.slots.most_waiting)
 
     def engine_view(self) -> EngineView:
         """What the memory and latency diagnostics read."""
@@ -325,7 +352,7 @@ class StreamCacheNode(CameraIngest, MemoryServices, LifecycleNode):
             status = self._status
         status = status or SessionStatus()
         span = self.info.chunk_frames / self.sample_fps if self.info is not None else 0.0
-        return EngineView(status=status, active=self._active, chunk_span_s=span,
+        return EngineView(status=status, active=self._active, chunk_span_s=span, cameras=max(1, len(self.cameras)),
                           ingest_fps=sum(c.counters.snapshot().ingest_rate for c in list(self.cameras.values())),
                           chunk_error=self._ingest_error or status.last_chunk_error,
                           snapshot=self.snapshots.summary(),
@@ -342,11 +369,3 @@ class StreamCacheNode(CameraIngest, MemoryServices, LifecycleNode):
             publisher.publish(msg)
         except Exception:  # noqa: BLE001 - the context is shutting down (SIGINT): nothing to tell
             pass
-
-    def _on_parameters_set(self, changed) -> None:
-        if self.diagnostics is not None and any(p.name in ("camera_min_rate", "max_frame_delay") for p in changed):
-            self.diagnostics.set_limits(*self._diagnostic_limits())
-
-    def _diagnostic_limits(self) -> tuple[float, float]:
-        min_rate = float(self.get_parameter("camera_min_rate").value) or self.sample_fps
-        return min_rate, float(self.get_parameter("max_frame_delay").value)

@@ -22,6 +22,7 @@ from ..engine.cache.settings import INHERITED
 from ..engine.errors import ConfigError
 from ..engine.factory import ENGINE_DEFAULTS, family_aliases
 from .image_conversion import DEFAULT_MAX_PIXELS
+from .snapshots import default_snapshot_dir
 
 DEFAULT_CAMERA = "/camera/image_raw"
 
@@ -32,7 +33,9 @@ class Spec:
     description: str
     low: float | int | None = None  # inclusive range, shown in rqt and enforced by rclpy
     high: float | int | None = None
-    read_only: bool = True  # the session is built at configure: a change takes a reconfigure
+    # True: may change while the node runs (tuning.py); False: read at configure, so a change while
+    # configured is refused with the reason and the way (a lifecycle reconfigure or a restart)
+    runtime: bool = False
     inherits: str | None = None  # default taken from this general parameter's value
 
 
@@ -74,24 +77,34 @@ NODE_SPECS: dict[str, Spec] = {
                             "change_state)"),
     "max_image_pixels": Spec(DEFAULT_MAX_PIXELS, "Larger images are rejected before decoding", 1, BIG),
     "camera_min_rate": Spec(0.0, "Diagnostics: a camera slower than this (Hz) is WARN; 0 = sample_fps",
-                            0.0, 1000.0, read_only=False),
+                            0.0, 1000.0, runtime=True),
     "max_frame_delay": Spec(5.0, "Diagnostics: frames stamped more than this many seconds before the "
-                                 "node's clock are ERROR", 0.0, 1e9, read_only=False),
+                                 "node's clock are ERROR", 0.0, 1e9, runtime=True),
     "memory_snapshot_path": Spec("", "Memory kept across restarts: restored from this file at configure when "
                                      "it exists, written there at shutdown (empty = off)"),
+    "snapshot_dir": Spec(default_snapshot_dir(), "The only folder save_memory and load_memory may touch: their paths "
+                                                 "are names relative to it (default <ROS home>/streamcache/snapshots, "
+                                                 "the ROS home being $ROS_HOME or ~/.ros)"),
+    "frame_queue_size": Spec(16, "Sampled frames per camera that may wait for the encoder (a chunk being encoded, a "
+                                 "question answered); beyond that the oldest is dropped and counted", 1, 4096),
     "memory_snapshot_period_s": Spec(0.0, "Also write the memory snapshot every this many seconds of ingest "
                                           "(0 = only at shutdown and on save_memory)", 0.0, 1e9),
     "reset_on_time_jump": Spec(False, "Forget the memory when a camera's stamps jump back by more than one "
                                       "sampling period (a bag loop); false keeps it and restarts sampling",
-                               read_only=False),
+                               runtime=True),
 }
+
+
+# engine parameters that may change while the node runs (tuning.py; budget_tokens: fifo, hermes, uniform)
+RUNTIME = ("max_new_tokens", "sample_fps", "budget_tokens")
 
 
 def engine_specs() -> dict[str, Spec]:
     specs = {}
     for name, default in ENGINE_DEFAULTS.items():
         low, high = RANGES.get(name, (None, None))
-        specs[name] = Spec(default, DESCRIPTIONS.get(name, "Engine parameter (docs/interfaces.md)"), low, high)
+        specs[name] = Spec(default, DESCRIPTIONS.get(name, "Engine parameter (docs/interfaces.md)"), low, high,
+                           runtime=name in RUNTIME)
     return specs
 
 
@@ -144,7 +157,11 @@ def _plain(value: Any) -> Any:
 
 
 def descriptor(name: str, spec: Spec) -> ParameterDescriptor:
-    d = ParameterDescriptor(name=name, description=spec.description, read_only=spec.read_only)
+    # never read_only: rclpy would refuse a change with no reason, and a lifecycle reconfigure could not
+    # change it either; tuning.py refuses what cannot change while configured, saying why and how
+    d = ParameterDescriptor(name=name, description=spec.description, additional_constraints=(
+        "may change while the node runs" if spec.runtime else
+        "fixed while the node is configured: change it with a lifecycle reconfigure or a restart"))
     value = _plain(spec.default)
     if value is None or value == []:
         d.dynamic_typing = True  # no type to infer from

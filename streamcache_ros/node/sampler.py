@@ -1,10 +1,9 @@
-"""Stamp-based sampling, the latest-frame slot and per-camera counters (no ROS here).
+"""Stamp-based sampling, the sampled frames' queues and per-camera counters (no ROS here).
 
 A camera publishes faster than the memory needs; frames are sampled at ``sample_fps`` by MESSAGE
 stamp, not by arrival time, so a bag replayed at any rate gives the same frames as long as nothing
-is dropped. A sampled frame waits in its camera's one-frame slot for the ingest thread; when a newer
-sampled frame arrives before the slot was taken (the encoder is slower than the camera), the older
-one is dropped and counted: a live camera keeps "latest frame, drop when busy".
+is dropped. A sampled frame waits in its camera's bounded queue for the ingest thread; only when the
+queue is full (the encoder is slower than the sampling rate) is the oldest one dropped and counted.
 """
 from __future__ import annotations
 
@@ -71,36 +70,50 @@ class SampledFrame:
     arrived: float = field(default_factory=time.monotonic)
 
 
-class LatestFrameSlots:
-    """One slot per camera holding its newest sampled frame; ``take`` gives the oldest waiting one."""
+class FrameQueues:
+    """Per camera, a bounded first-in first-out queue of sampled frames waiting for the ingest thread
+    (``capacity`` frames each); ``take`` gives the waiting frame that arrived first, of any camera.
 
-    def __init__(self):
+    A frame sampled while the ingest thread waits (a chunk being encoded, a question being answered)
+    is kept and encoded after it; only when a camera's queue is full, because the encoder is slower
+    than the sampling rate, is its oldest frame dropped (docs/reliability.md, "Threads and executor").
+    """
+
+    def __init__(self, capacity: int = 1):
+        if capacity < 1:
+            raise ValueError(f"a frame queue holds at least one frame, got {capacity}")
+        self.capacity = int(capacity)
         self._cond = threading.Condition()
-        self._slots: dict[str, SampledFrame] = {}
+        self._queues: dict[str, collections.deque[SampledFrame]] = {}
         self._closed = False
+        self.most_waiting = 0  # the most frames one camera's queue has held
 
-    def put(self, frame: SampledFrame) -> SampledFrame | None:
-        """Store ``frame``; returns the frame it replaced (dropped), if any."""
+    def put(self, frame: SampledFrame) -> tuple[SampledFrame | None, int]:
+        """Queue ``frame``; returns (the frame dropped to make room or None, frames that were
+        already waiting for this camera)."""
         with self._cond:
-            replaced = self._slots.get(frame.camera)
-            self._slots[frame.camera] = frame
+            queue = self._queues.setdefault(frame.camera, collections.deque())
+            waiting = len(queue)
+            dropped = queue.popleft() if waiting >= self.capacity else None
+            queue.append(frame)
+            self.most_waiting = max(self.most_waiting, len(queue))
             self._cond.notify()
-            return replaced
+            return dropped, waiting
 
     def take(self, timeout: float | None = None) -> SampledFrame | None:
         """The waiting frame that arrived first; None after ``timeout`` or when closed."""
         with self._cond:
-            if not self._cond.wait_for(lambda: self._slots or self._closed, timeout):
+            if not self._cond.wait_for(lambda: any(self._queues.values()) or self._closed, timeout):
                 return None
-            if not self._slots:
+            waiting = [q for q in self._queues.values() if q]
+            if not waiting:
                 return None
-            camera = min(self._slots, key=lambda c: self._slots[c].arrived)
-            return self._slots.pop(camera)
+            return min(waiting, key=lambda q: q[0].arrived).popleft()
 
     def clear(self) -> int:
         with self._cond:
-            count = len(self._slots)
-            self._slots.clear()
+            count = sum(len(q) for q in self._queues.values())
+            self._queues.clear()
             return count
 
     def close(self) -> None:
@@ -110,7 +123,7 @@ class LatestFrameSlots:
 
     def __len__(self) -> int:
         with self._cond:
-            return len(self._slots)
+            return sum(len(q) for q in self._queues.values())
 
 
 class RateMeter:
@@ -150,6 +163,7 @@ class CameraSnapshot:
     receive_rate: float
     ingest_rate: float
     time_jumps: int = 0  # stamps that went back by more than a sampling period (sampling restarted)
+    waited: int = 0  # sampled frames queued behind another one (kept for later, not dropped)
 
 
 class CameraCounters:
@@ -159,7 +173,7 @@ class CameraCounters:
         self.topic = topic
         self.sampler = StampSampler(sample_fps)
         self._lock = threading.Lock()
-        self._received = self._sampled = self._ingested = self._dropped = 0
+        self._received = self._sampled = self._ingested = self._dropped = self._waited = 0
         self._rejected: collections.Counter[str] = collections.Counter()
         self._earlier_restarts = 0  # time jumps seen by samplers replaced at a memory reset
         self._last_reject = ""
@@ -185,11 +199,12 @@ class CameraCounters:
             self.sampler.commit(stamp_ns)
             self._sampled += 1
 
-    def restart_sampling(self) -> None:
-        """Slots counted afresh from the next frame (after the memory was reset)."""
+    def restart_sampling(self, sample_fps: float | None = None) -> None:
+        """Slots counted afresh from the next frame (after the memory was reset, or at a new
+        ``sample_fps``)."""
         with self._lock:
             self._earlier_restarts += self.sampler.restarts
-            self.sampler = StampSampler(self.sampler.sample_fps)
+            self.sampler = StampSampler(sample_fps or self.sampler.sample_fps)
 
     def rejected(self, reason: str, message: str) -> None:
         with self._lock:
@@ -199,6 +214,12 @@ class CameraCounters:
     def dropped(self) -> None:
         with self._lock:
             self._dropped += 1
+
+    def queued(self, waiting: int) -> None:
+        """A sampled frame was queued with ``waiting`` frames of this camera ahead of it."""
+        if waiting:
+            with self._lock:
+                self._waited += 1
 
     def ingested(self) -> None:
         self._ingest_rate.tick()
@@ -210,4 +231,5 @@ class CameraCounters:
             return CameraSnapshot(self._received, self._sampled, self._ingested, self._dropped,
                                   sum(self._rejected.values()), dict(self._rejected), self._last_reject,
                                   self._last_stamp_ns, self._last_arrival, self._receive_rate.rate(),
-                                  self._ingest_rate.rate(), self.sampler.restarts + self._earlier_restarts)
+                                  self._ingest_rate.rate(), self.sampler.restarts + self._earlier_restarts,
+                                  self._waited)

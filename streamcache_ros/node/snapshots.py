@@ -1,4 +1,6 @@
-"""The memory kept across restarts: parameter ``memory_snapshot_path`` (no rclpy here).
+"""The memory kept across restarts: parameter ``memory_snapshot_path``, set by the operator (any
+path); and the one folder the save_memory / load_memory services may touch, ``snapshot_dir``: any
+participant on the ROS domain can call them, so they take names inside it only (no rclpy here).
 
 Rule (docs/reliability.md, "Memory across restarts"): with a path set, the node restores the snapshot there at configure
 when the file exists, and writes its memory there (atomically: a temporary file, then a rename) at
@@ -15,6 +17,37 @@ import time
 from dataclasses import dataclass
 
 from ..engine.errors import ConfigError, SnapshotError
+
+
+def default_snapshot_dir() -> str:
+    """``<ROS home>/streamcache/snapshots``: $ROS_HOME, or ~/.ros, as ROS 2 places its own files."""
+    home = os.environ.get("ROS_HOME") or os.path.join("~", ".ros")
+    return os.path.abspath(os.path.expanduser(os.path.join(home, "streamcache", "snapshots")))
+
+
+def snapshot_dir(path: str) -> str:
+    """The snapshot_dir parameter as the node uses it ('' = the default); ConfigError when it names
+    something that is not a directory. It is made (owner-only) at the first save_memory."""
+    path = os.path.abspath(os.path.expanduser(path)) if path else default_snapshot_dir()
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise ConfigError("snapshot_dir", f"'{path}' is not a directory")
+    return path
+
+
+def in_snapshot_dir(name: str, folder: str) -> str:
+    """The file ``name`` names inside ``folder``, for save_memory / load_memory (docs/interfaces.md,
+    "ResetMemory, SaveMemory, LoadMemory"): a relative name with no '..', that no symbolic link
+    leads out of ``folder``. ValueError saying why otherwise."""
+    where = f"save_memory and load_memory take a file name relative to snapshot_dir ({folder})"
+    if os.path.isabs(name):
+        raise ValueError(f"'{name}' is an absolute path: {where}")
+    if ".." in name.replace("\\", "/").split("/"):
+        raise ValueError(f"'{name}' contains '..': {where}")
+    path = os.path.join(folder, name)
+    real, root = os.path.realpath(path), os.path.realpath(folder)
+    if os.path.commonpath([real, root]) != root:
+        raise ValueError(f"'{name}' leads out of snapshot_dir through a symbolic link: {where}")
+    return path
 
 
 def check_path(path: str) -> str:

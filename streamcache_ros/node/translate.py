@@ -4,7 +4,7 @@ from __future__ import annotations
 from builtin_interfaces.msg import Time
 from streamcache_ros_interfaces.msg import FrameRetention, MemoryStatus
 
-from ..engine.status import Answer, MemoryTimeline, SessionStatus
+from ..engine.status import Answer, MemoryCounts, MemoryTimeline, SessionStatus
 from .sampler import NS_PER_S, CameraSnapshot
 
 
@@ -24,8 +24,10 @@ def window_bound(stamp) -> float | None:
     return ns * 1e-9 if ns else None
 
 
-def memory_status(status: SessionStatus, cameras: list[CameraSnapshot], stamp) -> MemoryStatus:
-    """The MemoryStatus message: the engine's status plus the cameras' live frame counters."""
+def memory_status(status: SessionStatus, cameras: dict[str, CameraSnapshot], stamp,
+                  most_waiting: int = 0) -> MemoryStatus:
+    """The MemoryStatus message: the engine's status plus the cameras' live frame counters (by
+    resolved topic) and the most frames a camera's queue has held."""
     msg = MemoryStatus()
     msg.header.stamp = stamp
     cache, chunk, device = status.cache, status.last_chunk, status.device_memory
@@ -33,6 +35,8 @@ def memory_status(status: SessionStatus, cameras: list[CameraSnapshot], stamp) -
     msg.frames_in_memory = status.frames_in_memory
     msg.oldest_stamp = seconds_to_time(status.oldest_stamp)
     msg.newest_stamp = seconds_to_time(status.newest_stamp)
+    msg.cameras = list(cameras)
+    msg.camera_frames_in_memory = [status.camera_memory.get(c, MemoryCounts()).frames for c in cameras]
     msg.kv_tokens, msg.kv_bytes, msg.budget_tokens = cache.kv_tokens, cache.kv_bytes, cache.budget_tokens
     msg.layer_tokens = [int(n) for n in cache.layer_tokens]
     msg.bank_tokens = [int(n) for n in cache.bank_tokens]
@@ -43,7 +47,9 @@ def memory_status(status: SessionStatus, cameras: list[CameraSnapshot], stamp) -
     msg.last_ttft_ms = status.last_ttft_ms
     msg.chunks_encoded, msg.chunks_failed = status.chunks_encoded, status.chunks_failed
     msg.questions_answered = status.questions_answered
-    for snap in cameras:
+    msg.most_frames_waiting = most_waiting
+    for snap in cameras.values():
+        msg.frames_waited += snap.waited
         msg.frames_received += snap.received
         msg.frames_sampled += snap.sampled
         msg.frames_dropped += snap.dropped
@@ -52,11 +58,22 @@ def memory_status(status: SessionStatus, cameras: list[CameraSnapshot], stamp) -
     return msg
 
 
-def refuse(result, message: str):
-    """An Ask response or action result that says why the question was not answered."""
+def refuse(result, message: str, held: MemoryCounts | None = None):
+    """An Ask response or action result that says why the question was not answered, and what the
+    memory holds (``held``: every camera's, or the camera asked about)."""
     result.success = False
     result.error_message = message
     result.option_index = -1
+    if held is not None:
+        fill_memory(result, held)
+    return result
+
+
+def fill_memory(result, held: MemoryCounts):
+    result.frames_in_memory = held.frames
+    result.oldest_stamp = seconds_to_time(held.oldest_stamp)
+    result.newest_stamp = seconds_to_time(held.newest_stamp)
+    result.kv_tokens = held.kv_tokens
     return result
 
 

@@ -1,5 +1,6 @@
 """What launch/live.launch.py and launch/replay.launch.py share: the node's launch arguments and the
-streamcache_node action built from them (imports launch / launch_ros: only launch files use this)."""
+streamcache_node action built from them, and the check that a bag's topics are the node's cameras
+(imports launch / launch_ros: only launch files use this)."""
 from __future__ import annotations
 
 import os
@@ -11,7 +12,9 @@ from launch.substitutions import LaunchConfiguration
 PACKAGE = "streamcache_ros"
 # launch argument -> (parameter, type); '' leaves the parameter to the YAML files
 OVERRIDES = {"camera_topics": list, "model_path": str, "policy": str, "budget_tokens": int, "device": str,
-             "sample_fps": float}
+             "sample_fps": float, "memory_snapshot_path": str}
+DEFAULT_CAMERA_TOPICS = ["/camera/image_raw"]  # the node's own default (node/params.py)
+FASTDDS_PROFILE = "fastdds_large_images.xml"  # in config/: docs/setup.md, "Large images and Fast DDS"
 
 
 def share_dir() -> str:
@@ -31,17 +34,27 @@ def node_arguments() -> list[DeclareLaunchArgument]:
         DeclareLaunchArgument("params_file", default_value=os.path.join(config, "streamcache.yaml"),
                               description="general parameters (config/streamcache.yaml)"),
         DeclareLaunchArgument("policy_params_file", default_value="",
-                              description="a policy's parameters, e.g. config/hermes.yaml ('' = none)"),
+                              description="a policy's parameters, e.g. config/hermes.yaml, layered on top of "
+                                          "params_file (its values win) ('' = none)"),
         DeclareLaunchArgument("camera_topics", default_value="",
                               description="YAML list, e.g. \"['/front/image_raw', '/rear/image_raw/compressed']\""),
         DeclareLaunchArgument("model_path", default_value="", description="'' = from params_file"),
-        DeclareLaunchArgument("policy", default_value="", description="full | fifo | hermes | h2svc ('' = from the YAML)"),
+        DeclareLaunchArgument("policy", default_value="", description="full | fifo | hermes | h2svc | uniform ('' = from the YAML)"),
         DeclareLaunchArgument("budget_tokens", default_value="", description="'' = from the YAML"),
         DeclareLaunchArgument("sample_fps", default_value="", description="'' = from the YAML"),
         DeclareLaunchArgument("device", default_value="", description="cpu | cuda | auto ('' = from the YAML)"),
+        DeclareLaunchArgument("memory_snapshot_path", default_value="",
+                              description="memory kept across restarts in this file ('' = from the YAML)"),
         DeclareLaunchArgument("log_level", default_value="info"),
         DeclareLaunchArgument("aggregator", default_value="false",
                               description="also start diagnostic_aggregator with config/diagnostic_aggregator.yaml"),
+        DeclareLaunchArgument("respawn", default_value="false",
+                              description="start the node again whenever it ends (a crash, a bad parameter too), "
+                                          "after respawn_delay seconds; a launch stopped with SIGINT does not"),
+        DeclareLaunchArgument("respawn_delay", default_value="2.0", description="seconds before a respawn"),
+        DeclareLaunchArgument("fastdds_profile", default_value="",
+                              description=f"a Fast DDS XML profile for the node (and the replay), e.g. "
+                                          f"{os.path.join(config, FASTDDS_PROFILE)} for large raw images; '' = none"),
     ]
 
 
@@ -73,8 +86,80 @@ def node_actions(context, use_sim_time: bool = False) -> list:
                     name=LaunchConfiguration("node_name").perform(context),
                     namespace=LaunchConfiguration("namespace").perform(context),
                     parameters=parameters, output="screen", emulate_tty=True,
+                    respawn=is_true(context, "respawn"),
+                    respawn_delay=float(LaunchConfiguration("respawn_delay").perform(context)),
+                    additional_env=dds_environment(context),
                     arguments=["--ros-args", "--log-level", LaunchConfiguration("log_level").perform(context)])]
-    if LaunchConfiguration("aggregator").perform(context).lower() in ("true", "1", "yes"):
+    if is_true(context, "aggregator"):
         actions.append(Node(package="diagnostic_aggregator", executable="aggregator_node", output="screen",
                             parameters=[os.path.join(share_dir(), "config", "diagnostic_aggregator.yaml")]))
     return actions
+
+
+def is_true(context, name: str) -> bool:
+    return LaunchConfiguration(name).perform(context).strip().lower() in ("true", "1", "yes")
+
+
+def dds_environment(context) -> dict:
+    """The Fast DDS profile file for a process (both variable names: Fast DDS 3 and 2)."""
+    profile = LaunchConfiguration("fastdds_profile").perform(context).strip()
+    if not profile:
+        return {}
+    if not os.path.isfile(profile):
+        raise RuntimeError(f"fastdds_profile '{profile}' does not exist")
+    profile = os.path.abspath(profile)
+    return {"FASTDDS_DEFAULT_PROFILES_FILE": profile, "FASTRTPS_DEFAULT_PROFILES_FILE": profile}
+
+
+def camera_topics(context) -> list[str]:
+    """The node's camera_topics as the launch gives them: the argument, else the last YAML file that
+    sets them (policy_params_file over params_file), else the node's default."""
+    given = overrides(context).get("camera_topics")
+    if given:
+        return given
+    node = LaunchConfiguration("node_name").perform(context)
+    namespace = LaunchConfiguration("namespace").perform(context).strip("/")
+    found = DEFAULT_CAMERA_TOPICS
+    for name in ("params_file", "policy_params_file"):
+        path = LaunchConfiguration(name).perform(context).strip()
+        if not path or not os.path.isfile(path):
+            continue
+        with open(path, encoding="utf-8") as f:
+            content = yaml.safe_load(f) or {}
+        for section, body in content.items():  # /**, the node's name, or its full name
+            if section.strip("/") in ("**", node, f"{namespace}/{node}".strip("/")) and isinstance(body, dict):
+                topics = (body.get("ros__parameters") or {}).get("camera_topics")
+                if topics:
+                    found = [topics] if isinstance(topics, str) else [str(t) for t in topics]
+    return found
+
+
+def resolve(topic: str, namespace: str, node: str) -> str:
+    """A topic name as the node in ``namespace`` resolves it (remaps aside)."""
+    prefix = "/" + namespace.strip("/") if namespace.strip("/") else ""
+    if topic.startswith("~"):
+        return f"{prefix}/{node}{topic[1:]}"
+    return topic if topic.startswith("/") else f"{prefix}/{topic}"
+
+
+def check_bag_topics(context) -> list[str]:
+    """At launch, before anything starts: the bag's image topics against the node's cameras. None in
+    common is an error naming both (else the replay would wait for a subscriber in silence); a
+    partial match gives warnings (returned)."""
+    from . import bagfile  # noqa: PLC0415
+
+    bag = LaunchConfiguration("bag").perform(context)
+    if not os.path.isfile(os.path.join(bag, "metadata.yaml")):
+        raise RuntimeError(f"bag '{bag}' is not a rosbag2 directory (no metadata.yaml)")
+    in_bag = sorted(bagfile.image_topics(bag))
+    namespace, node = LaunchConfiguration("namespace").perform(context), LaunchConfiguration("node_name").perform(context)
+    cameras = {resolve(t, namespace, node): t for t in camera_topics(context)}
+    if not set(in_bag) & set(cameras):
+        raise RuntimeError(
+            f"the bag's image topics ({', '.join(in_bag) or 'none'}) are none of the node's camera_topics "
+            f"({', '.join(cameras)}, resolved in namespace '/{namespace.strip('/')}'): set "
+            f"camera_topics:=\"['{in_bag[0] if in_bag else '/camera/image_raw'}']\" or record the cameras the node listens to")
+    warnings = [f"the bag has no {topic}: that camera stays silent" for topic in cameras if topic not in in_bag]
+    warnings += [f"{topic} is in the bag and in no camera_topics entry: nobody takes it" for topic in in_bag
+                 if topic not in cameras]
+    return warnings

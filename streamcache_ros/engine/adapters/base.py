@@ -132,6 +132,10 @@ class ModelAdapter(abc.ABC):
         self.stop_ids = {eos} if isinstance(eos, int) else set(eos or [])
         self.config_hash = config_fingerprint(model.config)
 
+    def set_sample_fps(self, sample_fps: float) -> None:
+        """The stream's sampling rate, for families whose positions follow time (Qwen2.5-VL's time
+        stride); applies to the chunks prefilled from now on. Here: positions do not depend on it."""
+
     # -- family-specific --------------------------------------------------------------------------
     @abc.abstractmethod
     def _text_model(self) -> torch.nn.Module:

@@ -50,9 +50,13 @@ class Qwen25VLAdapter(ModelAdapter):
         self.patch_size = int(vision.patch_size)
         self.merge_size = int(vision.spatial_merge_size)
         self.frames_per_unit = int(vision.temporal_patch_size)
+        self.set_sample_fps(sample_fps)
+
+    def set_sample_fps(self, sample_fps: float) -> None:
         # docs/hermes.md §4.2 / transformers get_rope_index: t advances (temporal_patch / fps) ·
-        # tokens_per_second per temporal patch
-        self.t_stride = self.frames_per_unit / float(sample_fps) * float(vision.tokens_per_second)
+        # tokens_per_second per temporal patch, within a chunk (chunks start at max + 1 over all axes)
+        tokens_per_second = float(self.model.config.vision_config.tokens_per_second)
+        self.t_stride = self.frames_per_unit / float(sample_fps) * tokens_per_second
 
     def _text_model(self):
         return self.model.model.language_model

@@ -14,6 +14,7 @@ adapter or a family's name.
 from __future__ import annotations
 
 import abc
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Mapping
 
@@ -21,8 +22,9 @@ import torch
 
 from .evidence import AttentionMass
 from .rope import RotarySpec
-from .settings import PolicySettings
+from .settings import PolicySettings, SettingError
 from .store import KVStore
+from .units import SUMMARY_UNIT
 
 ROPE_LAYOUTS = ("1d", "mrope")
 
@@ -151,6 +153,28 @@ class CacheStats:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+@dataclass
+class UnitTokens:
+    """Tokens held per video unit: ``counts[r, i]`` tokens of ``units[i]`` in storage row ``r`` (a
+    layer, or for H2SVC one KV head); ``rows_per_layer`` rows make one layer's worth; ``summary``:
+    the summary tokens (HERMES) over every row."""
+
+    units: torch.Tensor  # [U] ascending unit ids
+    counts: torch.Tensor  # [R, U]
+    rows_per_layer: int = 1
+    summary: int = 0
+
+    @classmethod
+    def of(cls, rows: list[torch.Tensor], rows_per_layer: int = 1) -> "UnitTokens":
+        """From each row's unit ids (negative ids: no unit, not counted, summary tokens aside)."""
+        summary = sum(int((r == SUMMARY_UNIT).sum()) for r in rows)
+        rows = [r[r >= 0] for r in rows]
+        units = torch.unique(torch.cat(rows)) if rows else torch.empty(0, dtype=torch.long)
+        counts = [torch.bincount(torch.searchsorted(units, r), minlength=len(units)) for r in rows]
+        return cls(units.cpu(), torch.stack(counts).cpu() if counts else torch.zeros(0, 0, dtype=torch.long),
+                   rows_per_layer, summary)
+
+
 class CachePolicy(abc.ABC):
     """The interface the session and the adapters use. One subclass per method, one file each, with
     its settings dataclass; registered by name in ``cache/__init__.py``."""
@@ -188,6 +212,14 @@ class CachePolicy(abc.ABC):
     @abc.abstractmethod
     def reset(self) -> None:
         """Forget everything (the session prefills the prefix again)."""
+
+    def set_budget(self, budget_tokens: int) -> None:
+        """A new token budget while the stream runs: the next compression brings the cache to it
+        (docs/interfaces.md, "Changing parameters at runtime"). SettingError for a policy that keeps none."""
+        if not self.settings_class.takes("budget_tokens"):
+            raise SettingError("budget_tokens", f"is not used by policy {self.name}: it keeps no token budget")
+        self.given_settings = dataclasses.replace(self.given_settings, budget_tokens=int(budget_tokens))
+        self.settings = dataclasses.replace(self.settings, budget_tokens=int(budget_tokens))
 
     def config_dict(self) -> dict[str, Any]:
         """Parameters that make two caches comparable (checked when a snapshot is loaded)."""
@@ -248,6 +280,10 @@ class CachePolicy(abc.ABC):
     # -- accounting and snapshots ---------------------------------------------------------------
     @abc.abstractmethod
     def stats(self) -> CacheStats: ...
+
+    @abc.abstractmethod
+    def unit_tokens(self) -> UnitTokens:
+        """Tokens held per video unit and storage row (what frames_in_memory counts, session.py)."""
 
     @abc.abstractmethod
     def layer_stores(self) -> list[list[tuple[int, KVStore]]]:

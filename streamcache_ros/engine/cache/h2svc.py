@@ -23,7 +23,7 @@ from typing import Any
 import torch
 
 from .attention import cached_attention, varlen_attention
-from .base import CacheGeometry, CachePolicy, CacheStats, ChunkContext, ChunkOutcome, NewTokens
+from .base import CacheGeometry, CachePolicy, CacheStats, ChunkContext, ChunkOutcome, NewTokens, UnitTokens
 from .positions import ReindexSettings, renumber
 from .rope import apply_rotary
 from .sap import BANK_NAMES, DEFAULT_RATIOS, EPISODIC, HeadMap, check_ratios
@@ -356,6 +356,10 @@ class H2svcPolicy(CachePolicy):
                    "reindexed_heads": self.reindexed_heads,
                    "head_map": self.settings.head_map_path},
         )
+
+    def unit_tokens(self) -> UnitTokens:
+        rows = [row for groups in self.groups for group in groups for row in group.store.units]
+        return UnitTokens.of(rows, rows_per_layer=self.geometry.num_kv_heads)
 
     def state_dict(self) -> dict[str, Any]:
         return {"bank_id": self.bank_id.tolist(),

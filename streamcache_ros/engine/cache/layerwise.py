@@ -8,7 +8,7 @@ from typing import Any
 import torch
 
 from .attention import cached_attention
-from .base import CachePolicy, CacheStats, ChunkContext, ChunkOutcome, NewTokens
+from .base import CachePolicy, CacheStats, ChunkContext, ChunkOutcome, NewTokens, UnitTokens
 from .positions import MROPE_MODES, ReindexSettings, renumber
 from .rope import apply_rotary
 from .settings import GENERAL, setting
@@ -129,6 +129,9 @@ class LayerwisePolicy(CachePolicy):
             reindex_events=self.reindex_events,
             extra={"dense_fallbacks": self.dense_fallbacks},
         )
+
+    def unit_tokens(self) -> UnitTokens:
+        return UnitTokens.of([s.units for s in self.layers])
 
     def state_dict(self) -> dict[str, Any]:
         return {"layers": [s.state() for s in self.layers], "reindex_events": self.reindex_events,

@@ -1,0 +1,99 @@
+"""Parameters changed while the node runs (`ros2 param set`): what may change takes effect, the rest
+is refused with the reason and the way (docs/interfaces.md, "Changing parameters at runtime").
+
+May change while configured: ``max_new_tokens`` (the next answer's default), ``sample_fps`` (the
+frames waiting for their chunk are encoded at the old rate, then sampling and Qwen2.5-VL's time
+stride follow the new one from the next chunk), ``budget_tokens`` of fifo, hermes and uniform up to
+the budget configured (the next chunk's compression brings the cache to a smaller one; a larger one
+than configured is checked against the model's position range at configure), and the diagnostics'
+``camera_min_rate``, ``max_frame_delay`` and ``reset_on_time_jump``. Everything else is read at
+configure: a change while configured is refused, naming a lifecycle reconfigure or a restart; while
+the node is unconfigured every change is taken, and checked at the next configure.
+"""
+from __future__ import annotations
+
+from rcl_interfaces.msg import SetParametersResult
+
+from ..engine.cache import takes_budget
+from ..engine.errors import ChunkError, ConfigError
+from ..engine.factory import check_budget
+from . import params
+
+# why a parameter is fixed once configured, by what is built from it
+BUILT_FROM = {
+    "the model is loaded with it": ("model_path", "device", "dtype", "attention", "vision_backend",
+                                    "vision_onnx_path", "vision_onnx_providers"),
+    "the session is built with it": ("chunk_frames", "max_question_tokens", "repetition_penalty", "reindex",
+                                     "reindex_margin"),
+    "the cameras are set up with it": ("camera_topics", "frame_queue_size", "max_image_pixels"),
+    "the memory snapshot rules are read with it": ("memory_snapshot_path", "memory_snapshot_period_s", "snapshot_dir"),
+}
+HOW = ("change it with a lifecycle reconfigure (ros2 lifecycle set <node> deactivate, then cleanup; ros2 param set; "
+       "then configure, activate: the memory starts again from memory_snapshot_path, or empty) or restart the node "
+       "with the new value in its params_file (the launch files layer policy_params_file on top of params_file, "
+       "then the non-empty override arguments)")
+
+
+class RuntimeTuning:
+    """Mixed into the node (node.py), which owns ``session``, ``values``, ``cameras``, ``diagnostics``."""
+
+    def _refusal(self, name: str, value) -> str:
+        """Why ``name`` cannot take ``value`` now ('' = it can)."""
+        specs = params.all_specs()
+        if name not in specs or (specs[name].runtime and name != "budget_tokens"):
+            return ""  # not ours (use_sim_time, qos_overrides.*), or free to change
+        policy = self.info.policy
+        if name == "budget_tokens":
+            configured = int(self.values["budget_tokens"])
+            if not takes_budget(policy):
+                return (f"budget_tokens cannot change: policy {policy} keeps no token budget; "
+                        f"to run another policy, {HOW}")
+            if int(value) > configured:
+                return (f"budget_tokens {value} is above the budget configured ({configured}): a larger budget is "
+                        f"checked against the model's position range at configure; {HOW}")
+            try:
+                check_budget(self.session.adapter, int(value))
+            except ConfigError as err:
+                return str(err)
+            return ""
+        why = next((text for text, names in BUILT_FROM.items() if name in names),
+                   "the cache policy is built with it" if name == "policy" or "." in name else "it is read at configure")
+        return f"{name} cannot change while {self.get_name()} is configured ({why}): {HOW}"
+
+    def _check_parameter_changes(self, changed) -> SetParametersResult:
+        """rclpy's on-set callback: refuse, saying why and how, what the running node cannot take."""
+        if self.session is None or self.info is None:  # unconfigured: taken, checked at configure
+            return SetParametersResult(successful=True)
+        for parameter in changed:
+            reason = self._refusal(parameter.name, parameter.value)
+            if reason:
+                return SetParametersResult(successful=False, reason=reason)
+        return SetParametersResult(successful=True)
+
+    def _on_parameters_set(self, changed) -> None:
+        """rclpy's post-set callback: apply what was accepted."""
+        names = {p.name: p.value for p in changed}
+        session = self.session
+        if session is not None:
+            tuned = {name: names[name] for name in params.RUNTIME if name in names}
+            if tuned:
+                self._tune(session, tuned)
+        if self.diagnostics is not None and {"camera_min_rate", "max_frame_delay", "sample_fps"} & set(names):
+            self.diagnostics.set_limits(*self._diagnostic_limits())
+
+    def _tune(self, session, tuned: dict) -> None:
+        try:
+            session.tune(**tuned)
+        except ChunkError as err:  # the frames waiting for their chunk failed; the new rate applies
+            self.get_logger().error(str(err))
+        if "sample_fps" in tuned:
+            self.sample_fps = float(tuned["sample_fps"])
+            for camera in list(self.cameras.values()):
+                camera.counters.restart_sampling(self.sample_fps)
+        self._refresh_status()  # self.values keeps what was configured (the budget's ceiling)
+        self.get_logger().info("changed at runtime: " + ", ".join(f"{k} {v}" for k, v in tuned.items()) +
+                               (" (from the next chunk)" if set(tuned) - {"max_new_tokens"} else ""))
+
+    def _diagnostic_limits(self) -> tuple[float, float]:
+        min_rate = float(self.get_parameter("camera_min_rate").value) or self.sample_fps
+        return min_rate, float(self.get_parameter("max_frame_delay").value)

@@ -1,0 +1,95 @@
+"""Camera QoS matched to the publishers (issue 18, item 1; docs/interfaces.md, "QoS"): reliable when
+every publisher is reliable, best effort otherwise, checked again as publishers come and go, said in
+the log and the camera's diagnostics; a qos_overrides parameter wins; a 640x480 bag replayed in lock
+step from a reliable publisher reaches the end with no override set (it died at the first frame).
+
+Timeouts only guard against hangs: the test waits for what the node says."""
+import pytest
+from diagnostic_msgs.msg import DiagnosticArray
+from rclpy.qos import QoSProfile, QoSReliabilityPolicy
+from sensor_msgs.msg import Image
+
+from node_procs import Probe, Proc, child_env, client_of, new_domain, replay_lock_step, tiny_node
+from streamcache_ros.node.cameras import match_reliability
+from streamcache_ros.tools import bagfile
+
+NS = "/sc_qos"
+CAM, BIG, PINNED = "/qos/cam", "/qos/big", "/qos/pinned"
+RELIABLE, BEST_EFFORT = QoSReliabilityPolicy.RELIABLE, QoSReliabilityPolicy.BEST_EFFORT
+
+
+def test_the_rule():
+    assert match_reliability([]) == (BEST_EFFORT, "best effort: no publisher yet")
+    assert match_reliability([RELIABLE, RELIABLE])[0] == RELIABLE
+    assert match_reliability([RELIABLE, BEST_EFFORT]) == (BEST_EFFORT, "best effort: 1 of 2 publisher(s) best effort")
+
+
+@pytest.fixture(scope="module")
+def domain():
+    return new_domain()
+
+
+@pytest.fixture(scope="module")
+def node(domain):
+    # no override for CAM and BIG: their QoS follows the publishers; PINNED is pinned best effort
+    command = tiny_node(NS, [CAM, BIG, PINNED], **{f"qos_overrides.{PINNED}.subscription.reliability": "best_effort"})
+    with Proc(command, child_env(domain)) as proc:
+        yield proc
+
+
+@pytest.fixture(scope="module")
+def probe(domain, node):
+    with client_of(node, domain, NS):  # the node is up
+        pass
+    p = Probe(domain)
+    p.diagnostics = p.collect(DiagnosticArray, "/diagnostics", QoSProfile(depth=100))
+    yield p
+    p.close()
+
+
+def qos_said(probe, topic, since):
+    """The 'QoS reliability' values the camera's diagnostics said since ``since``."""
+    return [kv.value for a in probe.diagnostics[since:] for s in a.status if s.name == f"streamcache_node: camera {topic}"
+            for kv in s.values if kv.key == "QoS reliability"]
+
+
+def subscribed_with(probe, topic):
+    return [info.qos_profile.reliability for info in probe.node.get_subscriptions_info_by_topic(topic)]
+
+
+def wait_said(probe, topic, words, since=0):
+    probe.wait_for(lambda: any(v.startswith(words) for v in qos_said(probe, topic, since)), what=f"'{words}' on {topic}")
+
+
+def test_the_subscription_follows_its_publishers(probe, node):
+    wait_said(probe, CAM, "best effort: no publisher yet")
+    reliable = probe.node.create_publisher(Image, CAM, QoSProfile(depth=5, reliability=RELIABLE))
+    mark = len(probe.diagnostics)
+    wait_said(probe, CAM, "reliable: matched to 1 publisher(s), all reliable", mark)
+    probe.wait_for(lambda: subscribed_with(probe, CAM) == [RELIABLE], what="a reliable subscription")
+    other = probe.node.create_publisher(Image, CAM, QoSProfile(depth=5, reliability=BEST_EFFORT))
+    mark = len(probe.diagnostics)
+    wait_said(probe, CAM, "best effort: 1 of 2 publisher(s) best effort", mark)
+    probe.wait_for(lambda: subscribed_with(probe, CAM) == [BEST_EFFORT], what="a best-effort subscription")
+    probe.node.destroy_publisher(other)
+    mark = len(probe.diagnostics)
+    wait_said(probe, CAM, "reliable: matched to 1 publisher(s), all reliable", mark)
+    probe.node.destroy_publisher(reliable)
+    log = node.output()
+    assert f"camera {CAM}: subscribed reliable: matched to 1 publisher(s), all reliable" in log
+    assert f"camera {CAM}: subscribed best effort: 1 of 2 publisher(s) best effort" in log
+    assert "incompatible QoS" not in log
+
+
+def test_qos_overrides_win(probe):
+    pinned = probe.node.create_publisher(Image, PINNED, QoSProfile(depth=5, reliability=RELIABLE))
+    mark = len(probe.diagnostics)
+    wait_said(probe, PINNED, "best effort: set by qos_overrides", mark)
+    assert subscribed_with(probe, PINNED) == [BEST_EFFORT]
+    probe.node.destroy_publisher(pinned)
+
+
+def test_a_640x480_bag_replays_in_lock_step_to_the_end(domain, probe, node, tmp_path):
+    bag = bagfile.make_bag(tmp_path / "vga", frames=12, fps=2.0, width=640, height=480, topic=BIG)
+    done = replay_lock_step(domain, bag, NS, "--fast")
+    assert "12 acknowledged" in done.stdout, done.stdout + done.stderr
