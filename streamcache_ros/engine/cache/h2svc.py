@@ -23,7 +23,7 @@ from typing import Any
 import torch
 
 from .attention import cached_attention, varlen_attention
-from .base import CacheGeometry, CachePolicy, CacheStats, ChunkContext, ChunkOutcome, NewTokens
+from .base import CacheGeometry, CachePolicy, CacheStats, ChunkContext, ChunkOutcome, ChunkShape, NewTokens
 from .positions import ReindexSettings, renumber
 from .rope import apply_rotary
 from .sap import BANK_NAMES, DEFAULT_RATIOS, EPISODIC, HeadMap, check_ratios
@@ -297,6 +297,17 @@ class H2svcPolicy(CachePolicy):
 
     def ensure_room(self, n_tokens: int) -> None:
         self._reindex(lambda offsets: self.rule.overflows(offsets - 1.0, n_tokens))
+        self.rule.require(self.max_position(), n_tokens)
+
+    @property
+    def bounding_setting(self) -> str:
+        # between chunks a head holds at most its window (FIFO banks) or N_e units (episodic)
+        windows = {"w_s": self.settings.w_s, "w_w": self.settings.w_w, "n_e": self.settings.n_e}
+        return max(windows, key=windows.get)
+
+    def kept_positions(self, value: int, shape: ChunkShape) -> int:
+        # §5: a head renumbers its units back to back, each keeping its own extent
+        return value * shape.unit_positions
 
     # -- temporary tokens -------------------------------------------------------------------------
     def mark(self) -> dict[str, Any]:
