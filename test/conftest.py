@@ -59,27 +59,35 @@ def real_token_models(tmp_path_factory) -> dict[str, str]:
             for family in REAL_TOKEN_FAMILIES}
 
 
-class MemoPreprocess:
-    """An adapter's ``preprocess`` run once per distinct list of frames (tests feed the same clip to
-    many sessions; at 640x480 the real Qwen2.5-VL preprocessor is the slowest part of a test)."""
+class Memo:
+    """An adapter's ``preprocess`` and ``encode`` run once per distinct list of frames: tests feed the
+    same clip to many sessions, and at 640x480 the real Qwen2.5-VL preprocessor and the vision tower
+    are the slowest part of a test (encoding is tested for itself: test_adapters, test_onnx_vision)."""
 
-    def __init__(self, preprocess):
-        self.preprocess, self.done = preprocess, {}
+    def __init__(self, adapter):
+        self.preprocess_frames, self.encode_inputs = adapter.preprocess, adapter.encode
+        self.inputs, self.embeds = {}, {}
 
-    def __call__(self, frames):
+    def preprocess(self, frames):
         key = tuple(hashlib.sha1(f.tobytes()).hexdigest() for f in frames)
-        if key not in self.done:
-            self.done[key] = self.preprocess(frames)
-        return self.done[key]
+        if key not in self.inputs:
+            self.inputs[key] = self.preprocess_frames(frames)
+        return self.inputs[key]
+
+    def encode(self, inputs):
+        if id(inputs) not in self.embeds:
+            self.embeds[id(inputs)] = (inputs, self.encode_inputs(inputs))  # keeps ``inputs`` (and its id) alive
+        return self.embeds[id(inputs)][1]
 
 
 @pytest.fixture(scope="session")
 def real_token_adapters(real_token_models):
-    """family -> the real-token model's adapter (CPU, float32), its preprocessing memoised."""
+    """family -> the real-token model's adapter (CPU, float32), preprocessing and encoding memoised."""
     adapters = {}
     for family, path in real_token_models.items():
         adapter = load_adapter(path, device="cpu", dtype="float32")
-        adapter.preprocess = MemoPreprocess(adapter.preprocess)
+        memo = Memo(adapter)
+        adapter.preprocess, adapter.encode = memo.preprocess, memo.encode
         adapters[family] = adapter
     return adapters
 

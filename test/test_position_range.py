@@ -110,7 +110,8 @@ def test_the_full_cache_stops_taking_frames_in_at_the_range(real_token_adapters,
     adapter = real_token_adapters[family]
     if limit is not None:
         adapter = load_adapter(with_range(adapter.model_dir, tmp_path, limit), device="cpu", dtype="float32")
-        adapter.preprocess = real_token_adapters[family].preprocess  # memoised: the same processor
+        # memoised: the same processor and vision tower
+        adapter.preprocess, adapter.encode = real_token_adapters[family].preprocess, real_token_adapters[family].encode
     limit = adapter.geometry().max_position_embeddings
     session = Session(adapter, make_policy("full"), SessionConfig(chunk_frames=4, **QUESTION))
     refused, held = [], None
