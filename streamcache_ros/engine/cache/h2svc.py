@@ -358,6 +358,7 @@ class H2svcPolicy(CachePolicy):
                    # the mean age (in units) of an evicted frame, over every episodic head's evictions
                    "evicted_age_mean": self.evicted_age_sum / head_evictions if head_evictions else 0.0,
                    "fifo_dropped_units": self.dropped_units,
+                   "kv_reserved_bytes": sum(group.store.reserved_bytes for groups in self.groups for group in groups),
                    "reindexed_heads": self.reindexed_heads,
                    "head_map": self.settings.head_map_path},
         )

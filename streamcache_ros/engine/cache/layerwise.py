@@ -140,7 +140,8 @@ class LayerwisePolicy(CachePolicy):
             units=[int(u) for u in units.tolist() if u >= 0],
             max_position=self.max_position(),
             reindex_events=self.reindex_events,
-            extra={"dense_fallbacks": self.dense_fallbacks},
+            extra={"dense_fallbacks": self.dense_fallbacks,
+                   "kv_reserved_bytes": sum(s.reserved_bytes for s in self.layers)},
         )
 
     def state_dict(self) -> dict[str, Any]:
