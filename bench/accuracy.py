@@ -143,7 +143,8 @@ def make_session(adapter, policy: str, knobs: dict, head_map_path: str = ""):
 
 # -- running streams ---------------------------------------------------------------------------------
 def run_stream(adapter, seed: int, points: list[int], fractions: dict[str, float], head_map_path: str,
-               per_kind: int, policies: tuple[str, ...], reference_fraction: float = 1 / 8) -> list[dict]:
+               per_kind: int, policies: tuple[str, ...], reference_fraction: float = 1 / 8,
+               max_new_tokens: int = 0, kinds: tuple[str, ...] = SCORED_KINDS) -> list[dict]:
     """One held-out stream of ``max(points)`` frames through one session per (policy, fraction);
     every question kind asked after each of ``points`` frames. One record per (session, question).
     The full cache's long-memory questions are those older than ``reference_fraction``'s window."""
@@ -167,10 +168,10 @@ def run_stream(adapter, seed: int, points: list[int], fractions: dict[str, float
         n = i + 1
         if n not in points:
             continue
-        questions = stream.questions(n, np.random.default_rng((seed, n, 3)), SCORED_KINDS, per_kind)
+        questions = stream.questions(n, np.random.default_rng((seed, n, 3)), kinds, per_kind)
         for policy, label, fraction, knobs, window, session in sessions:
             for q in questions:
-                answer = session.ask(q.text, q.options)
+                answer = session.ask(q.text, q.options, max_new_tokens=max_new_tokens)
                 status = session.status()
                 records.append({
                     "seed": seed, "length": n, "policy": policy, "config": label, "fraction": fraction,
@@ -181,7 +182,8 @@ def run_stream(adapter, seed: int, points: list[int], fractions: dict[str, float
                     "window_frames": window, "kv_bytes": status.cache.kv_bytes,
                     "kv_tokens": status.cache.kv_tokens, "frames_in_memory": status.frames_in_memory,
                     "tokens_per_unit": g.tokens_per_unit,
-                    "look": [stream.look.width, stream.look.height, stream.look.encoding]})
+                    "look": [stream.look.width, stream.look.height, stream.look.encoding],
+                    **last_seen_fields(answer, stream, q)})
     return records
 
 
@@ -221,12 +223,12 @@ def summarise(records: list[dict]) -> dict:
     return {"|".join(map(str, k)): cell(v) for k, v in sorted(by.items(), key=lambda kv: str(kv[0]))}
 
 
-def cells_filled(records: list[dict], points, policy: str, minimum: int) -> bool:
+def cells_filled(records: list[dict], points, policy: str, minimum: int, kinds=SCORED_KINDS) -> bool:
     counts = defaultdict(int)
     for r in records:
         if r["policy"] == policy:
             counts[(r["length"], r["kind"])] += 1
-    return all(counts[(n, k)] >= minimum for n in points for k in SCORED_KINDS)
+    return all(counts[(n, k)] >= minimum for n in points for k in kinds)
 
 
 def bytes_check(records: list[dict]) -> list[str]:
@@ -306,6 +308,36 @@ def node_check(model: str, policy: str, streams: int, length: int, fraction: flo
             "same_answer_as_session": agree, "answers": results}
 
 
+# -- last_seen: answered by the evidence, not by an option (docs/world.md, docs/interfaces.md) ------------
+LAST_SEEN_TOLERANCE_S = 2.0
+
+
+def last_seen_fields(answer, stream, question) -> dict:
+    """A last_seen question is right when the answer's first evidence stamp lies within ±2 s of the
+    last frame the identity was in view; {} for the other kinds."""
+    if question.kind != "last_seen":
+        return {}
+    said = answer.evidence[0].stamp if answer.evidence else None
+    truth = stream.stamp(question.answer_frame)
+    return {"correct": said is not None and abs(said - truth) <= LAST_SEEN_TOLERANCE_S,
+            "evidence_stamp": said, "truth_stamp": truth}
+
+
+def print_last_seen(summary: dict, lengths, policies, label: str) -> None:
+    """A row per policy, a column per stream length: accuracy [95% interval] n."""
+    def shown(c):
+        return f"{c['accuracy']:.2f} [{c['ci95'][0]:.2f}, {c['ci95'][1]:.2f}] n={c['n']}" if c and c["n"] else ""
+
+    def config(policy):
+        return "full" if policy == "full" else label
+
+    rows = [{"policy": p, **{n: shown(summary.get(f"{n}|{config(p)}|{p}|last_seen")) for n in lengths}}
+            for p in policies]
+    print(f"\nlast_seen: evidence_stamps[0] within ±{LAST_SEEN_TOLERANCE_S:g} s of the truth "
+          f"(bounded policies at {label} of the full cache's bytes)")
+    print(table(rows, [("policy", "policy"), *[(n, f"{n} frames") for n in lengths]]))
+
+
 # -- output ----------------------------------------------------------------------------------------------
 def print_tables(summary: dict, lengths, policies, label: str) -> None:
     for length in lengths:
@@ -367,11 +399,15 @@ def main(argv=None) -> int:
     parser.add_argument("--per-kind", type=int, default=3, help="questions of one kind per point at most")
     parser.add_argument("--sweep-streams", type=int, default=40,
                         help="of the 512-frame streams, how many also run the budget sweep")
+    parser.add_argument("--max-new-tokens", type=int, default=0, help="per answer (0: the session's default)")
     parser.add_argument("--no-node", action="store_true")
     parser.add_argument("--node-policy", default="hermes")
     parser.add_argument("--node-streams", type=int, default=12)
     parser.add_argument("--out", type=pathlib.Path, default=REPORTED)
+    parser.add_argument("--last-seen", action="store_true",
+                        help="also ask last_seen, scored by evidence_stamps[0] (±2 s): its own table and JSON key")
     args = parser.parse_args(argv)
+    kinds = SCORED_KINDS + (("last_seen",) if args.last_seen else ())
     import torch  # noqa: PLC0415
 
     adapter = load(args.model)
@@ -389,8 +425,8 @@ def main(argv=None) -> int:
     short = [n for n in args.lengths if n in SHORT_POINTS]
     for i in range(args.short_streams if short else 0):
         records += run_stream(adapter, ACCURACY_SEED + i, short, main_fraction, head_map_path, args.per_kind,
-                              policies, args.fraction)
-        if cells_filled(records, short, policies[0], args.min_questions):
+                              policies, args.fraction, args.max_new_tokens, kinds)
+        if cells_filled(records, short, policies[0], args.min_questions, kinds):
             break
         if i % 25 == 24:
             print(f"  {i + 1} streams of {max(short)} frames, {time.perf_counter() - started:.0f} s", flush=True)
@@ -399,14 +435,19 @@ def main(argv=None) -> int:
     for i in range(args.long_streams if max(LENGTHS) in args.lengths else 0):
         fractions = sweep_fractions if i < args.sweep_streams else main_fraction
         records += run_stream(adapter, ACCURACY_SEED + 5_000_000 + i, [max(LENGTHS)], fractions, head_map_path,
-                              args.per_kind, policies, args.fraction)
+                              args.per_kind, policies, args.fraction, args.max_new_tokens, kinds)
         if i % 10 == 9:
             print(f"  {i + 1} streams of {max(LENGTHS)} frames, {time.perf_counter() - started:.0f} s", flush=True)
     sweep = [r for r in records if r["length"] == max(LENGTHS) and r["seed"] < ACCURACY_SEED + 5_000_000 +
              args.sweep_streams]
     records = [r for r in records if r["config"] in (label, "full")]
+    last_seen = [r for r in records if r["kind"] == "last_seen"]  # scored apart: no option index
+    records = [r for r in records if r["kind"] != "last_seen"]
+    sweep = [r for r in sweep if r["kind"] != "last_seen"]
     summary = summarise(records)
     print_tables(summary, args.lengths, policies, label)
+    if last_seen:
+        print_last_seen(summarise(last_seen), args.lengths, policies, label)
     node = None if args.no_node else node_check(args.model, args.node_policy, args.node_streams, 64, args.fraction,
                                                 head_map_path, ROOT / "bench" / "results" / "accuracy-node")
     if node:
@@ -420,6 +461,7 @@ def main(argv=None) -> int:
            "fraction": args.fraction, "options_prompt": read_model_settings(str(folder)).get("options_prompt"),
            "seconds": round(time.perf_counter() - started), "summary": summary, "sweep": sweep_summary,
            "bytes_mismatch": mismatched, "node": node, "records": records,
+           "last_seen": {"summary": summarise(last_seen), "records": last_seen} if last_seen else None,
            "sweep_records": [r for r in sweep if r["config"] not in (label, "full")]}
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / f"{name}.json"

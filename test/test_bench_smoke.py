@@ -86,3 +86,19 @@ def test_e2e_tiny_writes_ratios(tmp_path):
         assert row["ttft_ms"] > 0 and row["kv_bytes"] > 0
         if row["policy"] == "full":
             assert row["ttft_ms_vs_full"] == 1.0 and row["kv_bytes_vs_full"] == 1.0
+
+
+def test_accuracy_scores_every_policy_at_equal_bytes(tmp_path):
+    run_script("accuracy.py", "--model", "tiny-qwen2_5_vl", "--lengths", "32", "--short-streams", "2",
+               "--per-kind", "1", "--max-new-tokens", "3", "--no-node", "--out", str(tmp_path), timeout=900)
+    data = load(tmp_path / "accuracy-tiny-qwen2_5_vl.json")
+    policies = set(data["policies"])
+    assert {"full", "fifo", "hermes", "uniform"} <= policies
+    records = data["records"]
+    assert {r["policy"] for r in records} == policies and all(r["length"] == 32 for r in records)
+    # every session is asked the same questions, each scored against its true option
+    questions = {p: [r["question"] for r in records if r["policy"] == p] for p in policies}
+    assert len({tuple(q) for q in questions.values()}) == 1 and questions["full"]
+    assert all(r["correct"] == (r["option_index"] == r["truth"]) for r in records)
+    cell = data["summary"]["32|full|full|all"]
+    assert cell["n"] == len(questions["full"]) and cell["ci95"][0] <= cell["accuracy"] <= cell["ci95"][1]

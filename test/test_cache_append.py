@@ -46,11 +46,17 @@ def reference_attention(q, keys, values, visible, q_positions, rotary, group):
     return out
 
 
+def filter_view(units, key_filter):
+    """A question's key filter: the prefix and the text always; units (a summary token too: -2)
+    only when listed."""
+    return (units == PREFIX_UNIT) | (units == TEXT_UNIT) | torch.isin(units, key_filter)
+
+
 def layerwise_view(policy, layer, q_len, key_filter):
     store = policy.layers[layer]
     visible = torch.ones(len(store), dtype=torch.bool)
     if key_filter is not None:
-        visible = (store.units < 0) | torch.isin(store.units, key_filter)
+        visible = filter_view(store.units, key_filter)
     heads = store.keys.shape[1]
     return ([store.keys[0, h] for h in range(heads)], [store.values[0, h] for h in range(heads)],
             [visible] * heads, [store.positions[:, -q_len:]] * heads)
@@ -73,7 +79,7 @@ def h2svc_view(policy, layer, new, key_filter):
         elif first is not None:
             seen &= ~((units >= 0) & (units <= first - policy.windows[group.bank]))
         if key_filter is not None:
-            seen &= (units < 0) | torch.isin(units, key_filter)
+            seen &= filter_view(units, key_filter)
         keys.append(bank.keys[0, row])
         values.append(bank.values[0, row])
         visible.append(seen)

@@ -7,6 +7,9 @@
         result = memory.ask_streaming("describe the room", on_text=lambda partial, new: print(new, end=""))
         status = memory.memory_status()                 # the next MemoryStatus message
         goal = memory.ask_async("is the door open?", options=["yes", "no"])  # returns at once (BT leaves)
+        reply = memory.ask("where are the keys?", since=t0, until=t1)  # a time window (stamps, seconds)
+        reply.evidence_stamps, reply.evidence_cameras, reply.evidence_weights  # the frames it drew on
+        timeline = memory.memory_timeline()            # every frame in memory, and how much of it is kept
         goal.done(), goal.partial_answer, goal.result(), goal.cancel()
         watch = memory.watch_memory_status()            # one subscription; watch.latest: newest message
 
@@ -56,6 +59,26 @@ def discover_namespace(node, timeout: float, spin: Callable[[float], None] | Non
             raise NodeNotFound(f"no streamcache node found within {timeout:.0f} s "
                                f"(ROS domain {node.context.get_domain_id()})")
         (spin or time.sleep)(0.1)
+
+
+def to_time(value):
+    """A ``since`` / ``until``: None or 0 (open), seconds (float, as the camera stamps), or a
+    builtin_interfaces/Time as it is."""
+    from builtin_interfaces.msg import Time  # noqa: PLC0415
+
+    if value is None:
+        return Time()
+    if isinstance(value, Time):
+        return value
+    ns = int(round(float(value) * 1e9))
+    if ns < 0:
+        raise ValueError(f"a stamp must be >= 0, got {value}")
+    return Time(sec=ns // 1_000_000_000, nanosec=ns % 1_000_000_000)
+
+
+def time_request(since=None, until=None, evidence_k: int = 0) -> dict:
+    """The Ask request's (and goal's) time fields (docs/interfaces.md "Time windows and evidence")."""
+    return {"since": to_time(since), "until": to_time(until), "evidence_k": int(evidence_k)}
 
 
 def _wait(future, timeout: float | None, what: str):
@@ -228,10 +251,11 @@ class StreamCacheClient:
         from rclpy.action import ActionClient  # noqa: PLC0415
         from streamcache_ros_interfaces.action import Ask as AskAction  # noqa: PLC0415
         from streamcache_ros_interfaces.msg import MemoryStatus  # noqa: PLC0415
-        from streamcache_ros_interfaces.srv import Ask, LoadMemory, ResetMemory, SaveMemory  # noqa: PLC0415
+        from streamcache_ros_interfaces.srv import (Ask, LoadMemory, MemoryTimeline, ResetMemory,  # noqa: PLC0415
+                                                    SaveMemory)
 
         self._types = {"Ask": Ask, "AskAction": AskAction, "ResetMemory": ResetMemory, "SaveMemory": SaveMemory,
-                       "LoadMemory": LoadMemory, "MemoryStatus": MemoryStatus}
+                       "LoadMemory": LoadMemory, "MemoryStatus": MemoryStatus, "MemoryTimeline": MemoryTimeline}
         self._participant = OwnParticipant(f"streamcache_client_{os.getpid()}_{next(_instances)}", domain_id)
         self.node = self._participant.node
         self._watch: MemoryStatusWatch | None = None
@@ -244,6 +268,7 @@ class StreamCacheClient:
             self._reset = self.node.create_client(ResetMemory, f"{ns}/reset_memory")
             self._save = self.node.create_client(SaveMemory, f"{ns}/save_memory")
             self._load = self.node.create_client(LoadMemory, f"{ns}/load_memory")
+            self._timeline = self.node.create_client(MemoryTimeline, f"{ns}/memory_timeline")
             self._action = ActionClient(self.node, AskAction, f"{ns}/ask_action")
             if not self._ask.wait_for_service(timeout_sec=timeout):
                 raise NodeNotFound(f"service {ns}/ask not available within {timeout:.0f} s")
@@ -258,20 +283,25 @@ class StreamCacheClient:
         return _wait(client.call_async(request), timeout, what)
 
     def ask(self, question: str, options=(), camera: str = "", max_new_tokens: int = 0,
-            timeout: float | None = 300.0):
-        """The Ask service; returns its response (check ``success`` / ``error_message``)."""
+            timeout: float | None = 300.0, *, since=None, until=None, evidence_k: int = 0):
+        """The Ask service; returns its response (check ``success`` / ``error_message``).
+        ``since`` / ``until``: a time window (seconds as the camera stamps, or Time; None = open);
+        ``evidence_k``: evidence frames wanted (0: the node's evidence_k)."""
         request = self._types["Ask"].Request(question=question, options=list(options), camera=camera,
-                                             max_new_tokens=max_new_tokens)
+                                             max_new_tokens=max_new_tokens, **time_request(since, until, evidence_k))
         return self._request(self._ask, request, timeout, "ask")
 
     def ask_async(self, question: str, options=(), camera: str = "", max_new_tokens: int = 0,
-                  on_text: Callable[[str, str], None] | None = None) -> "AskGoal":
+                  on_text: Callable[[str, str], None] | None = None, *, since=None, until=None,
+                  evidence_k: int = 0) -> "AskGoal":
         """The Ask action without blocking (for behaviour-tree leaves): returns an AskGoal at once;
         poll its ``done()``, read ``partial_answer`` while it streams, ``result()`` when done.
-        ``on_text(partial_answer, new_text)`` runs on the client's thread for each piece."""
+        ``on_text(partial_answer, new_text)`` runs on the client's thread for each piece; the time
+        fields as in ``ask``."""
         goal = AskGoal(on_text)
         request = self._types["AskAction"].Goal(question=question, options=list(options), camera=camera,
-                                                max_new_tokens=max_new_tokens)
+                                                max_new_tokens=max_new_tokens,
+                                                **time_request(since, until, evidence_k))
 
         def send() -> None:
             sent = self._action.send_goal_async(request, feedback_callback=goal._on_feedback)
@@ -295,13 +325,15 @@ class StreamCacheClient:
 
     def ask_streaming(self, question: str, options=(), camera: str = "", max_new_tokens: int = 0,
                       on_text: Callable[[str, str], None] | None = None, cancel: threading.Event | None = None,
-                      on_accepted: Callable[[], None] | None = None, timeout: float | None = 300.0):
+                      on_accepted: Callable[[], None] | None = None, timeout: float | None = 300.0, *,
+                      since=None, until=None, evidence_k: int = 0):
         """The Ask action: ``on_text(partial_answer, new_text)`` per feedback; setting ``cancel``
         cancels the goal (the result then has success false and the partial answer). Returns the
-        action's result."""
+        action's result. The time fields as in ``ask``."""
         if not self._action.wait_for_server(timeout_sec=timeout if timeout is not None else 15.0):
             raise NodeNotFound(f"action {self.namespace}/ask_action is not available")
-        goal = self.ask_async(question, options, camera, max_new_tokens, on_text)
+        goal = self.ask_async(question, options, camera, max_new_tokens, on_text, since=since, until=until,
+                              evidence_k=evidence_k)
         try:
             if not goal._wait_for(lambda: goal.state != AskGoal.PENDING, timeout):
                 raise TimeoutError(f"no reply to ask_action goal within {timeout} s")
@@ -329,6 +361,12 @@ class StreamCacheClient:
 
     def load(self, path: str, timeout: float | None = 120.0):
         return self._request(self._load, self._types["LoadMemory"].Request(path=path), timeout, "load_memory")
+
+    def memory_timeline(self, camera: str = "", timeout: float | None = 60.0):
+        """The memory_timeline service: every frame in memory (of ``camera`` when given), oldest first,
+        with the share of its tokens kept per layer (and per H2SVC bank)."""
+        request = self._types["MemoryTimeline"].Request(camera=camera)
+        return self._request(self._timeline, request, timeout, "memory_timeline")
 
     def watch_memory_status(self) -> "MemoryStatusWatch":
         """The client's one MemoryStatus subscription (made on the first call, kept until close):

@@ -9,6 +9,7 @@ parameter.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 from typing import Any
 
@@ -40,10 +41,14 @@ ENGINE_DEFAULTS: dict[str, Any] = {
     "vision_backend": "torch",  # torch | onnxruntime
     "vision_onnx_path": "",  # the .onnx file (or its directory) from streamcache-export-encoder
     "vision_onnx_providers": "auto",  # auto = TensorRT, CUDA, CPU as available; or e.g. "cuda,cpu"
+    "evidence_k": 3,  # evidence frames per answer (a request's evidence_k = 0); 0 = none
+    "evidence_layers": [],  # [] = the model folder's evidence_layers.json, else the middle half of the layers
 }
 # A camera frame of this size is what "holds at least one frame" is checked against.
 REFERENCE_FRAME = (480, 640)
 HEAD_MAP_PARAMETER = "h2svc.head_map_path"
+# The evidence layers chosen for a model (bench/evidence_layers.py writes it; docs/interfaces.md "Which layers")
+EVIDENCE_LAYERS_FILE = "evidence_layers.json"
 
 
 def family_aliases(policy: str) -> dict[str, tuple[str, Any, type[ModelAdapter]]]:
@@ -189,7 +194,21 @@ def resolve_head_map(path: str, adapter: ModelAdapter) -> tuple[HeadMap, str]:
 def session_config(p: dict[str, Any]) -> SessionConfig:
     return SessionConfig(chunk_frames=int(p["chunk_frames"]), max_question_tokens=int(p["max_question_tokens"]),
                          max_new_tokens=int(p["max_new_tokens"]), repetition_penalty=float(p["repetition_penalty"]),
-                         cameras=tuple(p.get("camera_topics") or ()))
+                         cameras=tuple(p.get("camera_topics") or ()), evidence_k=int(p["evidence_k"]),
+                         evidence_layers=tuple(int(layer) for layer in p["evidence_layers"] or ()))
+
+
+def model_evidence_layers(adapter: ModelAdapter) -> tuple[int, ...]:
+    """The evidence layers chosen for ``adapter``'s model (its folder's evidence_layers.json), or ()."""
+    path = os.path.join(adapter.model_dir, EVIDENCE_LAYERS_FILE) if adapter.model_dir else ""
+    if not path or not os.path.isfile(path):
+        return ()
+    try:
+        with open(path) as f:
+            return tuple(int(layer) for layer in json.load(f)["layers"])
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise ConfigError("evidence_layers", f"{path} is not an evidence-layer choice ({err}): set "
+                                             "evidence_layers or run bench/evidence_layers.py again") from None
 
 
 def build_session(params: dict[str, Any]) -> Session:
@@ -207,4 +226,6 @@ def build_session(params: dict[str, Any]) -> Session:
                            attention=str(p["attention"]), sample_fps=float(p["sample_fps"]),
                            vision_backend=str(p["vision_backend"]), vision_onnx_path=str(p["vision_onnx_path"]),
                            vision_onnx_providers=p["vision_onnx_providers"])
+    if not config.evidence_layers:
+        config = dataclasses.replace(config, evidence_layers=model_evidence_layers(adapter))
     return Session(adapter, build_policy(adapter, str(p["policy"]), p, config), config)

@@ -13,6 +13,7 @@ what it was. Snapshots on disk: snapshot_io.py. No ROS here.
 """
 from __future__ import annotations
 
+import math
 import threading
 import time
 from dataclasses import asdict, dataclass
@@ -23,14 +24,16 @@ import torch
 
 from . import failpoints
 from .adapters import ModelAdapter, match_option
-from .cache import PREFIX_UNIT, CachePolicy, ChunkContext, ChunkOutcome, NewTokens
+from .cache import PREFIX_UNIT, SUMMARY_UNIT, CachePolicy, ChunkContext, ChunkOutcome, NewTokens
+from .cache.evidence import OFFSET, AttentionMass, retention
 from .cache.positions import PositionRangeError
 from .decoding import REPLACEMENT_CHARACTER, greedy_decode
 from .errors import AnswerError, ChunkError, ConfigError, FrameError, QuestionError, SnapshotError
 from .guidance import GuidanceProvider
 from .layout import OPTION_LETTERS, ChunkQueue
 from .snapshot_io import read_snapshot, write_snapshot
-from .status import Answer, ChunkReport, DeviceMemory, EngineInfo, Exchange, SessionStatus, UnitInfo
+from .status import (Answer, ChunkReport, DeviceMemory, EngineInfo, EvidenceFrame, Exchange, FrameRetention,
+                     MemoryTimeline, SessionStatus, UnitInfo)
 from .turns import TurnLock
 
 # A question longer than this many characters per allowed token cannot fit: refused before the
@@ -52,6 +55,11 @@ class SessionConfig:
     history_size: int = 32
     # The cameras a question may name (the node's camera_topics); empty: any camera seen so far
     cameras: tuple[str, ...] = ()
+    # Evidence (docs/interfaces.md "Time windows and evidence"): the frames an answer names (0: none,
+    # and no attention mass is computed), and the layers whose attention defines it (empty: the
+    # middle half of the layers, ``default_evidence_layers``)
+    evidence_k: int = 3
+    evidence_layers: tuple[int, ...] = ()
 
     def largest_question(self, max_position_embeddings: int) -> int:
         """Positions the largest question and its answer take: max_question_tokens + max_new_tokens,
@@ -64,6 +72,17 @@ class SessionConfig:
             if int(getattr(self, name)) < 1:
                 raise ConfigError(name, f"must be >= 1, got {getattr(self, name)}")
         self.cameras = tuple(self.cameras)
+        if int(self.evidence_k) < 0:
+            raise ConfigError("evidence_k", f"must be >= 0, got {self.evidence_k}")
+        self.evidence_layers = tuple(int(layer) for layer in self.evidence_layers)
+
+
+def default_evidence_layers(num_layers: int) -> tuple[int, ...]:
+    """The layers whose attention defines evidence when none are chosen: the middle half, where a
+    question's attention to the image is strongest in vision-language models
+    (docs/interfaces.md "Which layers"); bench/evidence_layers.py chooses them for a model."""
+    first = num_layers // 4
+    return tuple(range(first, max(first + 1, (3 * num_layers) // 4)))
 
 
 def _validate_frame(frame) -> np.ndarray:
@@ -95,6 +114,23 @@ def _describe(err: BaseException) -> str:
     return f"{type(err).__name__}: {text}{hint}"
 
 
+def _check_window(since: float | None, until: float | None) -> tuple[float, float] | None:
+    """(since, until) with open ends as infinities, or None without a window; QuestionError for a
+    window that cannot hold a frame."""
+    if since is None and until is None:
+        return None
+    low, high = (-math.inf if since is None else float(since)), (math.inf if until is None else float(until))
+    if math.isnan(low) or math.isnan(high):
+        raise QuestionError("since/until must be numbers")
+    if low > high:
+        raise QuestionError(f"the window is empty: since ({low:.3f}) is after until ({high:.3f})")
+    return low, high
+
+
+def _describe_stamp(stamp: float) -> str:
+    return "the start" if stamp == -math.inf else "now" if stamp == math.inf else f"{stamp:.3f}"
+
+
 def _check_text(what: str, text: str) -> None:
     bad = text.find(REPLACEMENT_CHARACTER)
     if bad >= 0:
@@ -118,6 +154,13 @@ class Session:
         # the most questions that ended while a due chunk waited for the model (1: the one in progress)
         self.most_questions_a_chunk_waited_for = 0
         policy.setup(adapter.geometry())
+        layers = policy.geometry.num_layers
+        self.evidence_layers = self.config.evidence_layers or default_evidence_layers(layers)
+        wrong = [layer for layer in self.evidence_layers if not 0 <= layer < layers]
+        if wrong:
+            raise ConfigError("evidence_layers", f"{wrong} are not layers of this model (0..{layers - 1})")
+        # the last answer's attention mass, every measured layer's row (bench/evidence_layers.py reads it)
+        self.last_attention_mass: AttentionMass | None = None
         with self._cache_lock:
             self._clear()
 
@@ -228,7 +271,7 @@ class Session:
             release_device_memory(err)
         t3 = time.perf_counter()
         for unit, frames in zip(unit_ids.tolist(), inputs.unit_frames):
-            self.units[unit] = UnitInfo(tuple(batch[i][1] for i in frames), camera, chunk_id)
+            self.units[unit] = UnitInfo(tuple(batch[i][1] for i in frames), camera, chunk_id, inputs.tokens_per_unit)
         self._next_unit += inputs.num_units
         self._next_chunk += 1
         self.chunks_encoded += 1
@@ -335,15 +378,24 @@ class Session:
 
     def ask(self, question: str, options: list[str] | tuple[str, ...] = (), camera: str = "",
             max_new_tokens: int = 0, on_text: Callable[[str, str], None] | None = None,
-            should_stop: Callable[[], bool] | None = None) -> Answer:
+            should_stop: Callable[[], bool] | None = None, since: float | None = None,
+            until: float | None = None, evidence_k: int | None = None) -> Answer:
         """Answer from the cache (greedy). Frames queued so far are encoded first.
 
         ``on_text(partial, new_text)`` streams the answer; ``should_stop()`` cancels between tokens.
+        ``since`` / ``until`` (stamps, None = open) restrict the answer to the units with a frame
+        stamped inside the window, by masking the attention to every other unit's tokens; the
+        answer's ``evidence`` names the ``evidence_k`` frames it drew on most (None: the session's
+        ``evidence_k``; docs/interfaces.md "Time windows and evidence").
         Raises QuestionError before anything touches the cache when the question is refused.
         """
         started = time.perf_counter()
         options = [str(o) for o in options]
         ids = self._check_question(question, options, camera, max_new_tokens)
+        window = _check_window(since, until)
+        evidence_k = self.config.evidence_k if evidence_k is None else int(evidence_k)
+        if evidence_k < 0:
+            raise QuestionError(f"evidence_k must be >= 0, got {evidence_k}")
         policy = self.policy
         budget = max_new_tokens or (self.config.mc_max_new_tokens if options else self.config.max_new_tokens)
         # a question and its answer take positions after the cache: they must fit the model's range
@@ -370,26 +422,24 @@ class Session:
                 visible = [u for u, info in self.units.items() if info.camera == camera]
                 if not visible:
                     raise QuestionError(f"no frames from camera '{camera}' in memory")
+                key_filter = torch.tensor(visible + [SUMMARY_UNIT], dtype=torch.long)
+            if window is not None:
+                visible = self._window_units(visible, window, camera)
+                # a window hides the summary tokens too: they fold frames of any time together
                 key_filter = torch.tensor(visible, dtype=torch.long)
             try:
                 policy.ensure_room(len(ids) + budget)
             except PositionRangeError as err:
                 raise QuestionError(f"the question ({len(ids)} tokens) and its answer (max_new_tokens {budget}) do "
                                     f"not fit in the positions left: {err}") from None
-            frames, oldest, newest = self._frames_in_memory(visible), *self._stamp_range(visible)
+            stamps = self._stamps(visible, window)
+            frames, oldest, newest = len(stamps), *((min(stamps), max(stamps)) if stamps else (0.0, 0.0))
             kv_tokens = policy.stats().kv_tokens
-            mark = policy.mark()
-            self.question_attempts += 1
-            hook = failpoints.layer_hook("question", question=self.question_attempts,
-                                         layers=policy.geometry.num_layers)
-            try:
-                decoded = greedy_decode(self.adapter, policy, ids, budget, started, key_filter, on_text, should_stop,
-                                        self.config.repetition_penalty, hook)
-            except Exception as err:
-                release_device_memory(err)
-                raise AnswerError(f"answering failed: {_describe(err)}; the memory is unchanged") from err
-            finally:
-                policy.truncate(mark)
+            probe = AttentionMass(self.evidence_layers, policy.geometry.num_layers, self._next_unit,
+                                  policy.geometry.device) if evidence_k else None
+            decoded = self._decode(ids, budget, started, key_filter, probe, on_text, should_stop)
+            evidence, summary_share = self.rank_evidence(probe, visible, window, evidence_k) if probe else ([], 0.0)
+            self.last_attention_mass = probe
             text = self.adapter.decode(decoded.tokens)
             self.history.append(Exchange(question, text, options))
             del self.history[:-self.config.history_size]
@@ -398,7 +448,86 @@ class Session:
         return Answer(text=text.strip(), option_index=match_option(text, options), answer_tokens=len(decoded.tokens),
                       ttft_ms=decoded.ttft_ms, total_ms=(time.perf_counter() - started) * 1e3,
                       frames_in_memory=frames, oldest_stamp=oldest, newest_stamp=newest, kv_tokens=kv_tokens,
-                      cancelled=decoded.cancelled)
+                      cancelled=decoded.cancelled, evidence=evidence, evidence_summary_share=summary_share)
+
+    def _decode(self, ids: list[int], budget: int, started: float, key_filter: torch.Tensor | None,
+                probe: AttentionMass | None, on_text, should_stop):
+        """The question prefilled and its answer decoded over the cache, ``probe`` (evidence) lent to
+        the policy meanwhile; the question's tokens are removed again, whatever happens."""
+        policy = self.policy
+        mark = policy.mark()
+        self.question_attempts += 1
+        hook = failpoints.layer_hook("question", question=self.question_attempts, layers=policy.geometry.num_layers)
+        try:
+            policy.probe = probe
+            return greedy_decode(self.adapter, policy, ids, budget, started, key_filter, on_text, should_stop,
+                                 self.config.repetition_penalty, hook)
+        except Exception as err:
+            release_device_memory(err)
+            raise AnswerError(f"answering failed: {_describe(err)}; the memory is unchanged") from err
+        finally:
+            policy.probe = None
+            policy.truncate(mark)
+
+    # -- time -------------------------------------------------------------------------------------
+    def _window_units(self, units: list[int], window: tuple[float, float], camera: str) -> list[int]:
+        """The units with a frame stamped inside ``window``; QuestionError when there is none."""
+        inside = [u for u in units if any(window[0] <= s <= window[1] for s in self.units[u].stamps)]
+        if not inside:
+            held = self._stamp_range(units)
+            source = f" from camera '{camera}'" if camera else ""
+            raise QuestionError(f"no frames{source} in memory between {_describe_stamp(window[0])} and "
+                                f"{_describe_stamp(window[1])} (the memory holds frames stamped {held[0]:.3f} to "
+                                f"{held[1]:.3f}): widen since/until")
+        return inside
+
+    def _stamps(self, units: list[int], window: tuple[float, float] | None = None) -> list[float]:
+        """Stamps of the frames of ``units`` (inside ``window`` when given)."""
+        low, high = window or (-math.inf, math.inf)
+        return [s for u in units for s in self.units[u].stamps if low <= s <= high]
+
+    def rank_evidence(self, probe: AttentionMass, units: list[int] | None = None,
+                      window: tuple[float, float] | None = None, k: int = 3,
+                      layers: list[int] | None = None) -> tuple[list[EvidenceFrame], float]:
+        """The ``k`` frames of ``units`` (default: all in memory) with the most attention mass over
+        ``layers`` (default: the measured ones), and the summary tokens' share. A unit's mass is
+        shared equally by its frames (inside the window, when one is given); ties go to the newer."""
+        units = list(self.units) if units is None else units
+        totals = probe.totals(layers).tolist()
+        frames = []
+        for unit in units:
+            info = self.units[unit]
+            stamps = self._stamps([unit], window)
+            frames += [(stamp, info.camera, totals[unit + OFFSET] / len(stamps)) for stamp in stamps]
+        frame_mass = sum(mass for *_, mass in frames)
+        summary = totals[SUMMARY_UNIT + OFFSET]
+        share = summary / (frame_mass + summary) if frame_mass + summary > 0 else 0.0
+        ranked = sorted((f for f in frames if f[2] > 0), key=lambda f: (-f[2], -f[0]))[:k]
+        return [EvidenceFrame(stamp, camera, mass / frame_mass) for stamp, camera, mass in ranked], share
+
+    def memory_timeline(self, camera: str = "") -> MemoryTimeline:
+        """Every frame still in memory (of ``camera`` when given), oldest first, with the share of its
+        tokens each layer (and each H2SVC bank) still holds (docs/interfaces.md "The memory timeline")."""
+        if camera and camera not in self.cameras and camera not in self.config.cameras:
+            raise QuestionError(f"unknown camera '{camera}'")
+        with self._cache_lock:
+            size = self._next_unit
+            layer_tokens, layer_rows, bank_tokens, bank_rows = retention(self.policy.layer_stores(), size)
+            banks = sorted(bank_tokens)
+            names = list(self.policy.stats().extra.get("bank_names", []))
+            frames = []
+            for unit in sorted(self.units, key=lambda u: (min(self.units[u].stamps), u)):
+                info = self.units[unit]
+                if camera and info.camera != camera:
+                    continue
+                per_row = info.tokens or int((layer_tokens[:, unit] / layer_rows.clamp(min=1)).max().ceil())
+                if per_row == 0:
+                    continue
+                layer_kept = (layer_tokens[:, unit] / (per_row * layer_rows.clamp(min=1))).tolist()
+                bank_kept = [float(bank_tokens[b][unit]) / (per_row * bank_rows[b]) for b in banks]
+                frames += [FrameRetention(stamp, info.camera, unit, layer_kept, bank_kept) for stamp in info.stamps]
+            return MemoryTimeline(self.policy.name, len(layer_rows), [names[b] if b < len(names) else str(b)
+                                                                      for b in banks], frames)
 
     # -- status ---------------------------------------------------------------------------------
     def _frames_in_memory(self, units=None) -> int:
@@ -460,7 +589,7 @@ class Session:
             except Exception as err:
                 self.policy.load_state_dict(backup)
                 raise SnapshotError(f"snapshot '{path}' does not fit this cache: {err}") from None
-            self.units = {int(u): UnitInfo(tuple(i["stamps"]), i["camera"], i["chunk"])
+            self.units = {int(u): UnitInfo(tuple(i["stamps"]), i["camera"], i["chunk"], int(i.get("tokens", 0)))
                           for u, i in state["units"].items()}
             self.history = [Exchange(**x) for x in state["history"]]
             self.cameras = list(state["cameras"])

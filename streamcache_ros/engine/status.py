@@ -17,6 +17,7 @@ class UnitInfo:
     stamps: tuple[float, ...]
     camera: str
     chunk: int
+    tokens: int = 0  # the unit's tokens when it arrived, per KV head (0: a snapshot from before this was kept)
 
 
 @dataclass
@@ -48,6 +49,16 @@ class ChunkReport:
         return info
 
 
+@dataclass(frozen=True)
+class EvidenceFrame:
+    """A frame an answer drew on: its stamp, camera, and share of the answer's attention mass over
+    the frames it could see (docs/interfaces.md "Time windows and evidence")."""
+
+    stamp: float
+    camera: str
+    weight: float
+
+
 @dataclass
 class Answer:
     text: str
@@ -60,6 +71,33 @@ class Answer:
     newest_stamp: float
     kv_tokens: int
     cancelled: bool = False
+    evidence: list[EvidenceFrame] = field(default_factory=list)  # strongest first, at most evidence_k
+    # the summary tokens' share of the attention mass on frames and summary tokens (HERMES; 0 otherwise)
+    evidence_summary_share: float = 0.0
+
+
+@dataclass
+class FrameRetention:
+    """One frame still in memory and how much of it is kept (docs/interfaces.md "The memory timeline")."""
+
+    stamp: float
+    camera: str
+    unit: int  # its stream unit (the two frames of a Qwen2.5-VL temporal patch share one)
+    layer_kept: list[float]  # per layer: the share of its tokens held, over the layer's KV heads
+    bank_kept: list[float] = field(default_factory=list)  # H2SVC: per bank, over the bank's heads
+
+    @property
+    def kept(self) -> float:
+        """The share of its tokens held over every layer."""
+        return sum(self.layer_kept) / len(self.layer_kept) if self.layer_kept else 0.0
+
+
+@dataclass
+class MemoryTimeline:
+    policy: str
+    num_layers: int
+    bank_names: list[str]  # what bank_kept counts, in order (H2SVC); empty otherwise
+    frames: list[FrameRetention]  # oldest first
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,5 @@
-"""The node's memory services, reset_memory, save_memory and load_memory (docs/interfaces.md), and
-the memory snapshot it keeps at memory_snapshot_path (snapshots.py).
+"""The node's memory services, reset_memory, save_memory, load_memory and memory_timeline
+(docs/interfaces.md), and the memory snapshot it keeps at memory_snapshot_path (snapshots.py).
 
 A refusal answers with the engine's own reason (a snapshot of another model or policy, a missing
 file); the memory is then unchanged.
@@ -9,6 +9,7 @@ from __future__ import annotations
 import traceback
 
 from ..engine.errors import SnapshotError, StreamCacheError
+from . import translate
 
 
 class _RequestError(StreamCacheError):
@@ -72,6 +73,11 @@ class MemoryServices:
                 camera.last_ingested_ns = None
             self.get_logger().info(f"memory loaded from {request.path}: {r.frames_in_memory} frames")
         return self._memory_call(response, load)
+
+    def _on_memory_timeline(self, request, response):
+        def timeline(r):
+            translate.fill_timeline(r, self.session.memory_timeline(self._camera_key(request.camera)))
+        return self._memory_call(response, timeline)
 
     def _write_snapshot(self, reason: str) -> None:
         session = self.session

@@ -29,7 +29,7 @@ from rclpy.qos import QoSDurabilityPolicy, QoSHistoryPolicy, QoSProfile, QoSReli
 from std_msgs.msg import Header
 from streamcache_ros_interfaces.action import Ask as AskAction
 from streamcache_ros_interfaces.msg import MemoryStatus
-from streamcache_ros_interfaces.srv import Ask, LoadMemory, ResetMemory, SaveMemory
+from streamcache_ros_interfaces.srv import Ask, LoadMemory, MemoryTimeline, ResetMemory, SaveMemory
 
 from ..engine import failpoints
 from ..engine.errors import AnswerError, ChunkError, ConfigError, ModelLoadError, StreamCacheError
@@ -151,6 +151,7 @@ class StreamCacheNode(CameraIngest, MemoryServices, LifecycleNode):
             self.create_service(ResetMemory, "reset_memory", self._on_reset, callback_group=q),
             self.create_service(SaveMemory, "save_memory", self._on_save, callback_group=q),
             self.create_service(LoadMemory, "load_memory", self._on_load, callback_group=q),
+            self.create_service(MemoryTimeline, "memory_timeline", self._on_memory_timeline, callback_group=q),
         ]
         self._action = ActionServer(self, AskAction, "ask_action", execute_callback=self._execute_ask,
                                     goal_callback=lambda goal: GoalResponse.ACCEPT,
@@ -264,7 +265,10 @@ class StreamCacheNode(CameraIngest, MemoryServices, LifecycleNode):
         stop = (lambda: self._stopping.is_set() or should_stop()) if should_stop else self._stopping.is_set
         try:
             answer = session.ask(request.question, list(request.options), camera=self._camera_key(request.camera),
-                                 max_new_tokens=int(request.max_new_tokens), on_text=on_text, should_stop=stop)
+                                 max_new_tokens=int(request.max_new_tokens), on_text=on_text, should_stop=stop,
+                                 since=translate.window_bound(request.since),
+                                 until=translate.window_bound(request.until),
+                                 evidence_k=int(request.evidence_k) or None)
         except StreamCacheError as err:  # QuestionError, ChunkError (flushing), AnswerError: memory unchanged
             if isinstance(err, (AnswerError, ChunkError)):  # a fault, not the client's doing
                 self.get_logger().error(f"question failed: {err}")

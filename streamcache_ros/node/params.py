@@ -57,11 +57,15 @@ DESCRIPTIONS = {
     "vision_backend": "Vision encoder: torch | onnxruntime",
     "vision_onnx_path": "The .onnx file (or its directory) from streamcache-export-encoder (vision_backend onnxruntime)",
     "vision_onnx_providers": "onnxruntime execution providers: auto (TensorRT, CUDA, CPU as available) or e.g. 'cuda,cpu'",
+    "evidence_k": "Evidence frames an answer names (a request's evidence_k = 0); 0 = none, and no attention "
+                  "mass is computed",
+    "evidence_layers": "Layers whose attention defines evidence; [] = the model folder's evidence_layers.json, "
+                       "else the middle half of the layers",
 }
 RANGES = {
     "budget_tokens": (1, BIG), "sample_fps": (0.001, 1000.0), "chunk_frames": (1, 4096),
     "max_question_tokens": (1, BIG), "max_new_tokens": (1, BIG), "repetition_penalty": (0.0, 100.0),
-    "reindex_margin": (0, BIG),
+    "reindex_margin": (0, BIG), "evidence_k": (0, 4096),
 }
 NODE_SPECS: dict[str, Spec] = {
     "camera_topics": Spec([DEFAULT_CAMERA], "Image topics remembered (sensor_msgs/Image; an entry ending in "

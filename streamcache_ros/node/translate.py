@@ -2,9 +2,9 @@
 from __future__ import annotations
 
 from builtin_interfaces.msg import Time
-from streamcache_ros_interfaces.msg import MemoryStatus
+from streamcache_ros_interfaces.msg import FrameRetention, MemoryStatus
 
-from ..engine.status import Answer, SessionStatus
+from ..engine.status import Answer, MemoryTimeline, SessionStatus
 from .sampler import NS_PER_S, CameraSnapshot
 
 
@@ -15,6 +15,13 @@ def stamp_to_ns(stamp) -> int:
 def seconds_to_time(seconds: float) -> Time:
     ns = int(round(seconds * 1e9))
     return Time(sec=ns // NS_PER_S, nanosec=ns % NS_PER_S)
+
+
+def window_bound(stamp) -> float | None:
+    """A request's ``since`` / ``until`` in the engine's seconds (as the frames' stamps are taken);
+    None for zero (open)."""
+    ns = stamp_to_ns(stamp)
+    return ns * 1e-9 if ns else None
 
 
 def memory_status(status: SessionStatus, cameras: list[CameraSnapshot], stamp) -> MemoryStatus:
@@ -67,4 +74,18 @@ def fill_answer(result, answer: Answer, now_s: float):
     result.ttft_ms = answer.ttft_ms
     result.total_ms = answer.total_ms
     result.answer_tokens = answer.answer_tokens
+    result.evidence_stamps = [seconds_to_time(e.stamp) for e in answer.evidence]
+    result.evidence_cameras = [e.camera for e in answer.evidence]
+    result.evidence_weights = [float(e.weight) for e in answer.evidence]
+    result.evidence_summary_share = float(answer.evidence_summary_share)
     return result
+
+
+def fill_timeline(response, timeline: MemoryTimeline):
+    """A MemoryTimeline response from the engine's timeline."""
+    response.policy, response.num_layers = timeline.policy, timeline.num_layers
+    response.bank_names = list(timeline.bank_names)
+    response.frames = [FrameRetention(stamp=seconds_to_time(f.stamp), camera=f.camera, unit=f.unit,
+                                      layer_kept=[float(x) for x in f.layer_kept],
+                                      bank_kept=[float(x) for x in f.bank_kept]) for f in timeline.frames]
+    return response

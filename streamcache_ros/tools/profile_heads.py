@@ -9,7 +9,7 @@ The unmodified model (full cache, nothing evicted) reads each sample video as
 TAD_V2V / TAD_T2V per head (engine/cache/sap.py), and the head map (scores, banks, model id) is
 written as JSON. Point the node's ``h2svc.head_map_path`` at it.
 
-Inputs (--input): ``synthetic`` (the built-in clip); a folder of image frames (one video, frames in
+Inputs (--input): ``synthetic`` (shape-world streams, docs/world.md); a folder of image frames (one video, frames in
 name order); a folder of such folders or of animated images (one video each); an animated
 GIF / PNG / WebP file; or a rosbag2 folder with sensor_msgs/Image or CompressedImage messages
 (sampled at --sample-fps by header stamp). Other video files (mp4, ...): extract frames first, e.g.
@@ -30,7 +30,7 @@ import numpy as np
 import torch
 from PIL import Image, ImageSequence
 
-from .. import clip
+from .. import world
 from ..engine.adapters import ModelAdapter, load_adapter
 from ..engine.cache import PREFIX_UNIT, NewTokens
 from ..engine.cache.full import FullCachePolicy
@@ -38,6 +38,7 @@ from ..engine.cache.rope import apply_rotary
 from ..engine.cache.sap import DEFAULT_RATIOS, HeadMap, TadAccumulator, frame_attention, pool_query_heads
 from ..engine.errors import StreamCacheError
 
+WORLD_QUESTION = "Did you see a red circle? What color was the first object you saw?"
 DEFAULT_QUESTION = "What happens in the video? Describe the objects, how they move and when the scene changes."
 IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp", ".ppm", ".webp", ".gif", ".tif", ".tiff"}
 IMAGE_TYPES = ("sensor_msgs/msg/Image", "sensor_msgs/msg/CompressedImage")
@@ -195,11 +196,17 @@ def _bag(path: pathlib.Path, topic: str, sample_fps: float) -> list[np.ndarray]:
         return frames
 
 
+PROFILE_SEED = 600_000_000  # world streams no training or benchmark run draws
+
+
 def read_sources(source: str, topic: str = "", sample_fps: float = 1.0,
-                 synthetic_frames: int = 512) -> Iterator[list[np.ndarray]]:
-    """Frame sequences (one per source video) from --input."""
+                 synthetic_frames: int = 512, frames_per_video: int = 64) -> Iterator[list[np.ndarray]]:
+    """Frame sequences (one per source video) from --input. ``synthetic``: shape-world streams
+    (docs/world.md), one per video, each of its own size, colours and events."""
     if source == "synthetic":
-        yield list(clip.clip(synthetic_frames))  # moving shapes, a scene change every 24 frames
+        for k in range(max(1, -(-synthetic_frames // frames_per_video))):
+            stream = world.make_stream(PROFILE_SEED + k, frames_per_video)
+            yield [stream.frame(i) for i in range(len(stream))]
         return
     path = pathlib.Path(source).expanduser()
     if not path.exists():
@@ -245,7 +252,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--videos", type=int, default=16, help="videos to profile (16-32: docs/h2svc.md §2.1)")
     parser.add_argument("--units", type=int, default=32,
                         help="stream units per video, N_v (a unit is 2 frames on Qwen2.5-VL)")
-    parser.add_argument("--question", default=DEFAULT_QUESTION)
+    parser.add_argument("--question", default=None,
+                        help=f"(default: '{WORLD_QUESTION}' for synthetic input, else '{DEFAULT_QUESTION}')")
     parser.add_argument("--gqa-pooling", choices=("mean", "max"), default="mean")
     parser.add_argument("--ratios", type=float, nargs=3, default=list(DEFAULT_RATIOS),
                         metavar=("INSTANT", "SHORT", "EPISODIC"))
@@ -263,11 +271,13 @@ def main(argv: list[str] | None = None) -> int:
             raise ValueError(f"--input '{args.input}' does not exist")
         adapter = load_adapter(args.model, device=args.device, dtype=args.dtype, sample_fps=args.sample_fps)
         per_video = args.units * adapter.frames_per_unit
-        sources = read_sources(args.input, args.topic, args.sample_fps, synthetic_frames=per_video * args.videos)
+        sources = read_sources(args.input, args.topic, args.sample_fps, synthetic_frames=per_video * args.videos,
+                               frames_per_video=per_video)
         videos = cut_videos(sources, per_video, args.videos)
         if not videos:
             raise ValueError(f"--input '{args.input}' holds no frames")
-        head_map = profile(adapter, videos, args.question, args.gqa_pooling, args.ratios, args.chunk_units,
+        question = args.question or (WORLD_QUESTION if args.input == "synthetic" else DEFAULT_QUESTION)
+        head_map = profile(adapter, videos, question, args.gqa_pooling, args.ratios, args.chunk_units,
                            source=args.input, log=log)
         head_map.save(args.output)
     except (ValueError, StreamCacheError, OSError) as err:

@@ -19,8 +19,10 @@ from typing import Any, ClassVar, Mapping
 
 import torch
 
+from .evidence import AttentionMass
 from .rope import RotarySpec
 from .settings import PolicySettings
+from .store import KVStore
 
 ROPE_LAYOUTS = ("1d", "mrope")
 
@@ -182,6 +184,8 @@ class CachePolicy(abc.ABC):
         self.settings = self.given_settings
         self.geometry: CacheGeometry | None = None
         self.reindex_events = 0
+        # while a question is answered: the attention mass ``attend`` reports (evidence.py), else None
+        self.probe: AttentionMass | None = None
 
     @property
     def budget_tokens(self) -> int:
@@ -215,8 +219,9 @@ class CachePolicy(abc.ABC):
         """Rotate the new q [1,Hq,Q,D] / k [1,Hkv,Q,D] at this policy's positions, store k/v,
         and return attention over the layer's storage [1,Hq,Q,D].
 
-        ``key_filter``: unit ids a question may look at (None = all); prefix, summary and text
-        tokens stay visible.
+        ``key_filter``: unit ids a question may look at (None = all); the prefix and the text stay
+        visible, a summary token only when SUMMARY_UNIT is listed (``KVStore.visible``). With a
+        ``probe`` set, each store attended over is reported to it (``AttentionMass.observe``).
         """
 
     def after_prefill(self, new: NewTokens) -> None:
@@ -268,6 +273,11 @@ class CachePolicy(abc.ABC):
     # -- accounting and snapshots ---------------------------------------------------------------
     @abc.abstractmethod
     def stats(self) -> CacheStats: ...
+
+    @abc.abstractmethod
+    def layer_stores(self) -> list[list[tuple[int, KVStore]]]:
+        """Per layer, the stores holding its KV heads, each with its bank (-1: no banks): what the
+        memory timeline reads (``evidence.retention``)."""
 
     @abc.abstractmethod
     def state_dict(self) -> dict[str, Any]: ...

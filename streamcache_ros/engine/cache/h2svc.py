@@ -146,7 +146,10 @@ class H2svcPolicy(CachePolicy):
         out = torch.empty_like(q)
         for group in self.groups[layer]:
             visible = self._visible(layer, group, first_unit, key_filter)
-            out[:, group.query_heads] = self._group_attention(q[:, group.query_heads], group.store, visible)
+            group_q = q[:, group.query_heads]
+            if self.probe is not None:
+                self.probe.observe(layer, group.store, group_q, visible)
+            out[:, group.query_heads] = self._group_attention(group_q, group.store, visible)
         return out
 
     def _store(self, layer: int, k: torch.Tensor, v: torch.Tensor,
@@ -186,7 +189,7 @@ class H2svcPolicy(CachePolicy):
             if pending is not None:
                 hide((units[:, :, None] == pending[:, None, :]).any(dim=-1))
         if key_filter is not None:
-            hide((units >= 0) & ~torch.isin(units, key_filter.to(units.device)))
+            hide(~group.store.visible(key_filter))
         if hidden is None or not bool(hidden.any()):
             return None
         return ~hidden
@@ -326,6 +329,9 @@ class H2svcPolicy(CachePolicy):
         self.evicted_age_sum = mark["evicted_age_sum"]
 
     # -- accounting and snapshots -----------------------------------------------------------------
+    def layer_stores(self) -> list[list[tuple[int, KVStore]]]:
+        return [[(group.bank, group.store) for group in groups] for groups in self.groups]
+
     def stats(self) -> CacheStats:
         g = self.geometry
         layer_totals, bank_tokens, held = [], [0, 0, 0], []

@@ -49,8 +49,10 @@ class LayerwisePolicy(CachePolicy):
         cos, sin = self._store(layer, k, v, new)
         store = self.layers[layer]
         key_mask = None if key_filter is None else store.visible(key_filter)
-        return cached_attention(apply_rotary(q, cos, sin), store.keys, store.values, key_mask,
-                                self.geometry.attention_backend)
+        q = apply_rotary(q, cos, sin)
+        if self.probe is not None:
+            self.probe.observe(layer, store, q, key_mask)
+        return cached_attention(q, store.keys, store.values, key_mask, self.geometry.attention_backend)
 
     def _store(self, layer: int, k: torch.Tensor, v: torch.Tensor,
                new: NewTokens) -> tuple[torch.Tensor, torch.Tensor]:
@@ -129,6 +131,9 @@ class LayerwisePolicy(CachePolicy):
             store.truncate(length)
 
     # -- accounting and snapshots -----------------------------------------------------------------
+    def layer_stores(self) -> list[list[tuple[int, KVStore]]]:
+        return [[(-1, store)] for store in self.layers]
+
     def stats(self) -> CacheStats:
         units = torch.unique(torch.cat([s.units for s in self.layers])) if self.layers else torch.empty(0)
         return CacheStats(

@@ -18,13 +18,14 @@ outside inference mode), so they may be written in place in and outside inferenc
 """
 from __future__ import annotations
 
+import math
 from typing import Any, Callable
 
 import torch
 
 from ..layout import next_offset
 from .rope import RotarySpec, rotate_by_delta
-from .units import PAD_UNIT
+from .units import PAD_UNIT, PREFIX_UNIT, TEXT_UNIT
 
 # (old positions [axes, n], unit ids [n], chunk ids [n]) of one row's kept tokens -> new positions
 Renumber = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
@@ -253,11 +254,37 @@ class KVStore:
 
     # -- reading ----------------------------------------------------------------------------------
     def visible(self, allowed_units: torch.Tensor) -> torch.Tensor:
-        """Slots a question limited to ``allowed_units`` may see: those units, and every token
-        that is no unit (prefix, summary, text); never padding."""
+        """Slots a question limited to ``allowed_units`` may see: those units, and the system prompt
+        and the question's own text always; a summary token only when ``allowed_units`` lists
+        SUMMARY_UNIT (a time window hides it, docs/interfaces.md "Time windows and evidence");
+        never padding."""
         units = self.units
-        mask = ((units < 0) & (units != PAD_UNIT)) | torch.isin(units, allowed_units.to(units.device))
-        return mask
+        return (units == PREFIX_UNIT) | (units == TEXT_UNIT) | torch.isin(units, allowed_units.to(units.device))
+
+    def attention_mass(self, q: torch.Tensor, visible: torch.Tensor | None = None) -> torch.Tensor:
+        """The attention weights of the newest query over this store, summed over each row's query
+        heads: [rows, T] float32 (docs/interfaces.md "Time windows and evidence").
+
+        q [1, rows·G, Q, D] rotated (only its last row, the newest token, is read: it sees every key,
+        so no causal mask applies); ``visible`` [T] or [rows, T] (None: every slot), the mask the
+        attention itself used. The logits q·K / sqrt(D) in the model's dtype and the softmax in
+        float32, as transformers' eager attention computes the weights it returns: SDPA and flash
+        return none, so only this, for the chosen layers, is computed again.
+        """
+        rows, dim = self.rows, self.keys.shape[-1]
+        query = q[0, :, -1].reshape(rows, -1, dim)  # [rows, G, D]: a row's query heads
+        logits = torch.matmul(query, self.keys[0].transpose(1, 2)).float() / math.sqrt(dim)  # [rows, G, T]
+        if visible is not None:
+            mask = (visible if visible.dim() == 2 else visible[None]).to(logits.device)
+            logits = logits.masked_fill(~mask[:, None, :], float("-inf"))
+        return torch.softmax(logits, dim=-1).sum(dim=1)
+
+    def unit_tokens(self, size: int) -> torch.Tensor:
+        """[size] tokens each stream unit 0 .. size-1 holds here, summed over the rows."""
+        units = self._per_row(self.units).expand(self.rows, -1)
+        held = units[units >= 0]
+        counts = torch.zeros(size, dtype=torch.long, device=units.device)
+        return counts.index_add_(0, held, torch.ones_like(held))
 
     # -- snapshots ----------------------------------------------------------------------------------
     def state(self) -> dict[str, Any]:
