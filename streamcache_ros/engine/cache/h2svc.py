@@ -128,6 +128,7 @@ class H2svcPolicy(CachePolicy):
         self.trajectory = TrajectoryBank(episodic, self.n_e, g.device)
         self.pending: list[list[int]] = [[] for _ in range(episodic)]  # evicted, not yet removed
         self.newest_unit = -1
+        self.chunk_tokens = 0  # video tokens of the chunk being stored (reserved for the next one)
         self.dropped_units = 0  # FIFO drops, summed over heads
         self.evicted_age_sum = 0  # over every episodic head's evictions
         self.reindex_events = 0
@@ -170,6 +171,8 @@ class H2svcPolicy(CachePolicy):
         for group in groups:
             heads = group.store.heads
             group.store.append(k[:, heads], v[:, heads], positions[heads], new.units, new.chunks)
+        if layer == 0:
+            self.chunk_tokens += int((new.units >= 0).sum())
         return cos, sin
 
     def _visible(self, layer: int, group: HeadGroup, first_unit: int | None, key_filter) -> torch.Tensor | None:
@@ -251,6 +254,12 @@ class H2svcPolicy(CachePolicy):
         else:
             # §5 lazy: a head re-indexes when its positions pass max_position_embeddings - margin
             heads = self._reindex(lambda offsets: offsets - 1.0 > self.rule.threshold)
+        # reserved buffers (store.py): room for a chunk like this one, so that its units, appended
+        # one at a time, copy no store (at most one copy a store a chunk while the windows fill)
+        for groups in self.groups:
+            for group in groups:
+                group.store.reserve(self.chunk_tokens)
+        self.chunk_tokens = 0
         return ChunkOutcome(evicted_tokens=freed, reindexed=heads > 0,
                             details={"stce_evictions": evictions, "freed_tokens": freed, "reindexed_heads": heads})
 

@@ -45,6 +45,7 @@ class KVStore:
     def __init__(self, keys, values, positions, units, chunks, heads: torch.Tensor, shared: bool):
         self.heads = heads
         self.shared = shared
+        self.copied = 0  # appends or reserves that copied this store's tokens into a larger buffer
         self._adopt(keys, values, positions, units, chunks)
         self.padded = bool((self.units == PAD_UNIT).any()) if len(self) else False
 
@@ -159,15 +160,23 @@ class KVStore:
         if not self.shared:
             units, chunks = units[None].expand(self.rows, -1), chunks[None].expand(self.rows, -1)
         start, end = self._length, self._length + int(k.shape[2])
-        if end > self.capacity:
-            KVStore.copies += 1
-            self._adopt(self.keys, self.values, self.positions, self.units, self.chunks, end + end // GROWTH)
+        self.reserve(end - start)
         self._keys[:, :, start:end] = k
         self._values[:, :, start:end] = v
         self._positions[..., start:end] = positions
         self._units[..., start:end] = units
         self._chunks[..., start:end] = chunks
         self._length = end
+
+    def reserve(self, extra: int) -> None:
+        """Room for ``extra`` more tokens: when short, the tokens are copied once into a buffer for
+        them and ``extra`` more, plus an eighth (H2SVC reserves a chunk's worth after each chunk, so
+        that the chunk's units, appended one by one, never copy the store)."""
+        need = self._length + int(extra)
+        if need > self.capacity:
+            KVStore.copies += 1
+            self.copied += 1
+            self._adopt(self.keys, self.values, self.positions, self.units, self.chunks, need + need // GROWTH)
 
     def truncate(self, length: int) -> None:
         """Drop the tokens after the first ``length`` (a question's, a failed chunk's): the views
