@@ -406,7 +406,7 @@ def run_family(spec: Family, args, device, dtype) -> dict:
                                     limit if label == "full" else max(lengths), args, device)
                for label, policy in policies.items()}
     records = lock_step(streams)
-    rows = summarize(spec, records, lengths, geometry, len(adapter.prefix_ids), tokens_per_frame, args)
+    rows = summarize(spec, records, lengths, geometry, len(adapter.prefix_ids), tokens_per_frame, args, why)
     h2svc_stores = sum(len(groups) for groups in policies["h2svc"].groups) if "h2svc" in policies else 0
     units_per_chunk = -(-args.chunk_frames // adapter.frames_per_unit)
     del streams, policies, adapter, make_adapter
@@ -437,7 +437,7 @@ def encode_once(adapter, chunks, device) -> tuple[list[torch.Tensor], dict]:
 
 # -- summary ------------------------------------------------------------------------------------------
 def summarize(spec: Family, records: dict, lengths: list[int], geometry, prefix: int, tokens_per_frame: int,
-              args) -> list[dict]:
+              args, why: str = "") -> list[dict]:
     rows = []
     for label, chunks in records.items():
         stopped = next((r for r in chunks if "stopped" in r), None)
@@ -447,7 +447,7 @@ def summarize(spec: Family, records: dict, lengths: list[int], geometry, prefix:
             row = {"family": spec.name, "policy": label, "frames": length}
             if at is None:  # past the full cache's range or memory: its bytes from the formula
                 row.update(source="computed", kv_bytes=(prefix + length * tokens_per_frame) * kv_bytes_per_token(
-                    geometry), note="not run: " + ("position range" if stopped else "memory"))
+                    geometry), note="not run: " + ("position range" if stopped else why or "memory"))
                 rows.append(row)
                 continue
             window = [r for r in mine if r["prefill"] == "model" and r["frames"] > length - args.measure_chunks *
@@ -556,11 +556,12 @@ def plot(result: dict, path: pathlib.Path, device_label: str) -> bool:
     fig, axes = plt.subplots(len(result), len(metrics), figsize=(5.5 * len(metrics), 4 * len(result)), squeeze=False)
     for row_axes, (family, data) in zip(axes, result.items()):
         for ax, (key, label) in zip(row_axes, metrics):
-            for policy in dict.fromkeys(r["policy"] for r in data["rows"]):
+            for index, policy in enumerate(dict.fromkeys(r["policy"] for r in data["rows"])):
                 mine = [r for r in data["rows"] if r["policy"] == policy and r["source"] == "measured"]
                 if key == "compress_pct" and policy == "full":
                     continue
-                ax.plot([r["frames"] for r in mine], [r[key] for r in mine], marker="o", label=policy)
+                ax.plot([r["frames"] for r in mine], [r[key] for r in mine], marker="o", label=policy,
+                        color=f"C{index}")  # a policy's colour the same in every panel
             if key == "compress_pct":
                 ax.axhline(TARGETS["compress_pct"], color="grey", linestyle=":", label="target 5%")
             ax.set_xscale("log", base=2)
@@ -601,7 +602,16 @@ def main(argv=None) -> None:
     parser.add_argument("--shared", default="", help="say in the JSON how the machine was shared")
     parser.add_argument("--quick", action="store_true", help="toy widths, 16 and 32 frames: the smoke test")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--replot", type=pathlib.Path, default=None, help="only redraw the plot from this JSON")
     args = parser.parse_args(argv)
+    if args.replot:  # (a run cut short writes its JSON after each family, the plot only at the end)
+        import json  # noqa: PLC0415
+
+        data = json.loads(args.replot.read_text())
+        figure = args.figure or (FIGURES / f"{args.replot.stem}.png")
+        label = data["machine"]["device"] if data["machine"].get("cuda") else "CPU"
+        print(f"wrote {figure}" if plot(data["families"], figure, label) else "matplotlib is not installed: no plot")
+        return
     device = torch.device(args.device)
     dtype = resolve_dtype(args.dtype, device)
     args.fill = args.fill or ("model" if device.type == "cuda" else "synthetic")
