@@ -2,12 +2,15 @@
 (one fixed shape-world stream, docs/world.md)."""
 from __future__ import annotations
 
+import hashlib
+import importlib.util
 import json
 import os
 import pathlib
 import shutil
 import sys
 
+import numpy as np
 import pytest
 import torch
 
@@ -25,6 +28,8 @@ from streamcache_ros.engine.adapters import ADAPTERS  # noqa: E402
 from streamcache_ros.engine.models import BUNDLED_DIR  # noqa: E402
 
 FAMILIES = ["tiny-qwen2_5_vl", "tiny-llava_onevision"]
+REAL_TOKEN_FAMILIES = ["qwen2_5_vl", "llava_onevision"]
+REAL_FRAME = (480, 640)  # a camera frame: what the real processors' token counts are for
 
 
 @pytest.fixture(scope="session", params=FAMILIES)
@@ -40,6 +45,65 @@ def qwen_adapter():
 @pytest.fixture(scope="session")
 def llava_adapter():
     return load_adapter("tiny-llava_onevision", device="cpu", dtype="float32")
+
+
+@pytest.fixture(scope="session")
+def real_token_models(tmp_path_factory) -> dict[str, str]:
+    """family -> folder of a tiny model with the real processor's tokens per frame (391 per 2 frames
+    of 640x480 on Qwen2.5-VL, 196 per frame on LLaVA-OneVision) and a small position range, built
+    now from the real config classes (scripts/make_tiny_models.py --real-tokens; docs/setup.md)."""
+    spec = importlib.util.spec_from_file_location("make_tiny_models", ROOT / "scripts" / "make_tiny_models.py")
+    builder = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(builder)
+    out = tmp_path_factory.mktemp("real_token_models")
+    return {family: str(builder.build_real_tokens(out, family, BUNDLED_DIR / f"tiny-{family}" / "h2svc_head_map.json"))
+            for family in REAL_TOKEN_FAMILIES}
+
+
+class Memo:
+    """An adapter's ``preprocess`` and ``encode`` run once per distinct list of frames: tests feed the
+    same clip to many sessions, and at 640x480 the real Qwen2.5-VL preprocessor and the vision tower
+    are the slowest part of a test (encoding is tested for itself: test_adapters, test_onnx_vision)."""
+
+    def __init__(self, adapter):
+        self.preprocess_frames, self.encode_inputs = adapter.preprocess, adapter.encode
+        self.inputs, self.embeds = {}, {}
+
+    def preprocess(self, frames):
+        key = tuple(hashlib.sha1(f.tobytes()).hexdigest() for f in frames)
+        if key not in self.inputs:
+            self.inputs[key] = self.preprocess_frames(frames)
+        return self.inputs[key]
+
+    def encode(self, inputs):
+        if id(inputs) not in self.embeds:
+            self.embeds[id(inputs)] = (inputs, self.encode_inputs(inputs))  # keeps ``inputs`` (and its id) alive
+        return self.embeds[id(inputs)][1]
+
+
+@pytest.fixture(scope="session")
+def real_token_adapters(real_token_models):
+    """family -> the real-token model's adapter (CPU, float32), preprocessing and encoding memoised."""
+    adapters = {}
+    for family, path in real_token_models.items():
+        adapter = load_adapter(path, device="cpu", dtype="float32")
+        memo = Memo(adapter)
+        adapter.preprocess, adapter.encode = memo.preprocess, memo.encode
+        adapters[family] = adapter
+    return adapters
+
+
+@pytest.fixture(scope="session")
+def camera_frames():
+    """camera_frames(n, start=0) -> n clip frames at 640x480, made once."""
+    made: dict[int, np.ndarray] = {}
+
+    def take(n, start=0):
+        for i in range(start, start + n):
+            if i not in made:
+                made[i] = clip.frame(i, *REAL_FRAME)
+        return [made[i] for i in range(start, start + n)]
+    return take
 
 
 @pytest.fixture

@@ -102,3 +102,23 @@ def test_accuracy_scores_every_policy_at_equal_bytes(tmp_path):
     assert all(r["correct"] == (r["option_index"] == r["truth"]) for r in records)
     cell = data["summary"]["32|full|full|all"]
     assert cell["n"] == len(questions["full"]) and cell["ci95"][0] <= cell["accuracy"] <= cell["ci95"][1]
+
+
+@pytest.mark.timeout(600)
+def test_real_shapes_quick_writes_every_policy_and_the_targets(tmp_path):
+    run_script("real_shapes.py", "--quick", "--out", str(tmp_path), "--figure", str(tmp_path / "real_shapes.png"),
+               timeout=590)
+    data = load(tmp_path / "real_shapes-cpu-quick.json")
+    assert data["memory_source"] == "process RSS" and data["dtype"] == "float32"
+    for family, result in data["families"].items():
+        rows = result["rows"]
+        assert {r["policy"] for r in rows} == {"full", "fifo-6000", "uniform-6000", "hermes-6000", "h2svc"}
+        for row in rows:
+            assert row["source"] == "measured" and row["frames"] in (16, 32), row
+            assert row["prefill_ms"] > 0 and row["ttft_ms"] > 0 and row["kv_bytes"] > 0
+            assert row["max_position"] < result["max_position_embeddings"]
+        assert result["encode"]["tokens_per_chunk"] == (4 * 391 if family.startswith("qwen") else 8 * 196)
+    kinds = {t["target"].split(" ")[0] for t in data["targets"]}
+    assert kinds == {"compress", "extra", "TTFT", "decode", "H2SVC"}, kinds
+    store = [t for t in data["targets"] if t["target"].startswith("H2SVC")]
+    assert len(store) == 2 and all(t["met"] for t in store), store  # reserved buffers: no copy per unit

@@ -36,7 +36,9 @@ def test_answers_keep_coming_through_many_reindexes(adapters, frames, family, na
     if name == "h2svc":  # the variant is the bundled model with another position range: the same heads
         settings["head_map"] = HeadMap.load(BUNDLED_DIR / family / HEAD_MAP_FILE)
     policy = policy_for(adapter, name, reindex=mode, reindex_margin=MARGIN, **settings)
-    session = Session(adapter, policy, SessionConfig(chunk_frames=CHUNK, max_new_tokens=4))
+    # short questions: the full cache keeps room for the largest one (max_question_tokens + max_new_tokens)
+    session = Session(adapter, policy, SessionConfig(chunk_frames=CHUNK, max_question_tokens=32, max_new_tokens=4,
+                                                  mc_max_new_tokens=4))
     prefix = len(adapter.prefix_ids)
     per_unit = adapter.preprocess(frames(1)).tokens_per_unit
     answers = 0

@@ -29,12 +29,15 @@ class ChunkError(StreamCacheError):
     """A chunk failed. ``kept`` False: encoding or prefilling failed, the chunk was dropped and the
     memory is as it was before it. ``kept`` True: the chunk was prefilled but compressing failed;
     its frames stay in memory (over budget until the next chunk's compression).
-    ``out_of_memory``: the cause was the device running out of memory."""
+    ``out_of_memory``: the cause was the device running out of memory. ``position_range``: the
+    chunk was not taken in because the memory has reached the model's position range (the full
+    cache): later chunks are refused too, and questions are answered from what is held."""
 
-    def __init__(self, message: str, kept: bool = False, out_of_memory: bool = False):
+    def __init__(self, message: str, kept: bool = False, out_of_memory: bool = False, position_range: bool = False):
         super().__init__(message)
         self.kept = kept
         self.out_of_memory = out_of_memory
+        self.position_range = position_range
 
 
 class AnswerError(StreamCacheError):

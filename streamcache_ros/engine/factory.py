@@ -15,8 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from .adapters import ADAPTERS, ModelAdapter, load_adapter
-from .cache import CachePolicy, SettingError, policy_class, takes_budget
+from .adapters import ADAPTERS, ModelAdapter, VisionInputs, load_adapter
+from .cache import CachePolicy, ChunkShape, SettingError, policy_class, takes_budget
 from .cache.h2svc import check_head_map
 from .cache.sap import HEAD_MAP_FILE, HeadMap
 from .cache.settings import GENERAL, GENERAL_NAMES, INHERITED
@@ -69,9 +69,12 @@ def family_aliases(policy: str) -> dict[str, tuple[str, Any, type[ModelAdapter]]
     return out
 
 
-def build_policy(adapter: ModelAdapter, name: str, params: dict[str, Any]) -> CachePolicy:
+def build_policy(adapter: ModelAdapter, name: str, params: dict[str, Any],
+                 config: SessionConfig | None = None) -> CachePolicy:
     """The policy ``name`` for ``adapter``'s model from flat parameters (the general ones and
-    "<name>.<setting>"). Raises ConfigError naming the parameter."""
+    "<name>.<setting>"). Raises ConfigError naming the parameter. ``config``: the session it will
+    serve (its chunk and question sizes; default: from ``params`` and the defaults), checked with
+    the policy's bound against the model's position range."""
     try:
         cls = policy_class(name)
     except ValueError as err:
@@ -90,20 +93,72 @@ def build_policy(adapter: ModelAdapter, name: str, params: dict[str, Any]) -> Ca
         if scopes.get(err.name) == GENERAL or (scopes.get(err.name) == INHERITED and prefix + err.name not in params):
             raise ConfigError(err.name, str(err)[len(err.name) + 1:]) from None  # the general parameter
         raise ConfigError(name, str(err)) from None
+    unit = adapter.preprocess([np.zeros((*REFERENCE_FRAME, 3), np.uint8)] * adapter.frames_per_unit)
     if takes_budget(name):
-        check_budget(adapter, settings.budget_tokens)
+        check_budget(adapter, settings.budget_tokens, unit.tokens_per_unit)
     inputs = {}
     if "head_map" in cls.inputs:
         inputs["head_map"], path = resolve_head_map(settings.head_map_path, adapter)
         settings = dataclasses.replace(settings, head_map_path=path)
-    return cls(settings, **inputs)
+    policy = cls(settings, **inputs)
+    check_position_range(adapter, policy, config or session_config({**ENGINE_DEFAULTS, **params}), unit)
+    return policy
 
 
-def check_budget(adapter: ModelAdapter, budget: int) -> None:
-    per_unit = adapter.preprocess([np.zeros((*REFERENCE_FRAME, 3), np.uint8)]).tokens_per_unit
+def check_budget(adapter: ModelAdapter, budget: int, per_unit: int) -> None:
     if budget < per_unit:
         raise ConfigError("budget_tokens", f"{budget} cannot hold one frame: a {REFERENCE_FRAME[1]}x"
                                            f"{REFERENCE_FRAME[0]} frame is {per_unit} tokens on {adapter.model_id}")
+
+
+def chunk_shape(adapter: ModelAdapter, chunk_frames: int, unit: VisionInputs) -> ChunkShape:
+    """How ``adapter``'s family lays out a chunk of ``chunk_frames`` reference frames in positions
+    (``unit``: one reference frame's unit, preprocessed): the tokens, and the positions by the
+    family's rule, read from the adapter's own chunk positions."""
+    units = -(-chunk_frames // adapter.frames_per_unit)
+    chunk = dataclasses.replace(unit, num_units=units, grid=(units, *unit.grid[1:]))
+    return ChunkShape(unit_tokens=unit.tokens_per_unit,
+                      unit_positions=int(adapter.chunk_rel_positions(unit).max().item()) + 1,
+                      chunk_tokens=units * unit.tokens_per_unit,
+                      chunk_positions=int(adapter.chunk_rel_positions(chunk).max().item()) + 1)
+
+
+def check_position_range(adapter: ModelAdapter, policy: CachePolicy, config: SessionConfig,
+                         unit: VisionInputs) -> None:
+    """A bounded policy must fit the model's position range: the system prompt, the most positions
+    what it keeps can take once re-indexed, one chunk and the largest question, all inside
+    ``max_position_embeddings`` (docs/architecture.md#the-position-range). Positions grow by the
+    family's rule: one per token with 1D RoPE; with M-RoPE a chunk takes its largest t/h/w extent
+    (the chunk-start rule). Raises ConfigError naming the setting that bounds the policy."""
+    setting = policy.bounding_setting
+    if not setting:  # full: stops taking frames in when the range is full (Session)
+        return
+    shape = chunk_shape(adapter, config.chunk_frames, unit)
+    limit = adapter.geometry().max_position_embeddings
+    prefix, question = len(adapter.prefix_ids), config.largest_question(limit)
+    room = limit - prefix - shape.chunk_positions - question
+    value = getattr(policy.settings, setting)
+    kept = policy.kept_positions(value, shape)
+    if kept <= room:
+        return
+    scope = {info.name: info.scope for info in policy.settings_class.infos()}[setting]
+    parameter = setting if scope == GENERAL else f"{policy.name}.{setting}"
+    low, high = 0, value  # the largest value that fits: kept_positions grows with it
+    while low < high:
+        middle = (low + high + 1) // 2
+        low, high = (middle, high) if policy.kept_positions(middle, shape) <= room else (low, middle - 1)
+    mrope = adapter.traits.rope_layout == "mrope"
+    kept_text = (f"{value} units ({kept}: {shape.unit_positions} a unit)" if setting != "budget_tokens" else
+                 f"the budget ({kept}: in whole chunks by the chunk-start rule)" if mrope else
+                 f"the budget ({kept}: one a token)")
+    chunk_text = f"{shape.chunk_positions}: " + ("its largest t/h/w extent" if mrope else "one a token")
+    advice = f"use {parameter} <= {low}" if low >= 1 else "lower chunk_frames, max_question_tokens or max_new_tokens"
+    raise ConfigError(parameter, f"{value} does not fit {adapter.model_id}'s position range: the system prompt "
+                                 f"({prefix}) + {kept_text} + one chunk of {config.chunk_frames} frames of "
+                                 f"{REFERENCE_FRAME[1]}x{REFERENCE_FRAME[0]} ({chunk_text}) + the largest question "
+                                 f"({question}: max_question_tokens + max_new_tokens) = "
+                                 f"{prefix + kept + shape.chunk_positions + question} positions, over "
+                                 f"max_position_embeddings {limit}; {advice}")
 
 
 def resolve_head_map(path: str, adapter: ModelAdapter) -> tuple[HeadMap, str]:
@@ -177,7 +232,7 @@ def build_session(params: dict[str, Any]) -> Session:
         config = dataclasses.replace(config, evidence_layers=model_evidence_layers(adapter))
     if int(p["budget_tokens"]) == 0:
         p["budget_tokens"] = model_budget_tokens(adapter)
-    return Session(adapter, build_policy(adapter, str(p["policy"]), p), config)
+    return Session(adapter, build_policy(adapter, str(p["policy"]), p, config), config)
 
 
 def model_budget_tokens(adapter: ModelAdapter) -> int:

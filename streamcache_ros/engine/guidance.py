@@ -13,6 +13,7 @@ import torch
 
 from .adapters.base import ModelAdapter, project_qk
 from .cache import CachePolicy, GuidancePass, GuidanceRequest
+from .cache.positions import PositionRangeError
 
 
 class QKRecorder:
@@ -59,8 +60,16 @@ class GuidanceProvider:
     def compute(self, request: GuidanceRequest, policy: CachePolicy) -> list[GuidancePass]:
         """The passes ``request`` asks for, one per prompt, over ``policy``'s cache."""
         ids = [self.token_ids(prompt.text) for prompt in request.prompts]
-        # the guidance tokens take positions after the cache too: keep them in the model's range
-        policy.ensure_room(max(len(i) for i in ids))
+        # the guidance tokens take positions after the cache too: keep them in the model's range.
+        # Where even a re-index leaves fewer positions than a prompt has (a small range, a long
+        # question in the history), each prompt is cut to the positions left (docs/architecture.md)
+        try:
+            policy.ensure_room(max(len(i) for i in ids))
+        except PositionRangeError as err:
+            room = err.limit - 1 - int(err.max_position)
+            if room < 1:
+                raise
+            ids = [i[:room] for i in ids]
         passes = []
         for prompt, prompt_ids in zip(request.prompts, ids):
             qk = self.hidden_qk(prompt_ids, policy) if request.queries == "hidden" else self.embedding_qk(prompt_ids)

@@ -26,6 +26,7 @@ from . import failpoints
 from .adapters import ModelAdapter, match_option
 from .cache import PREFIX_UNIT, SUMMARY_UNIT, CachePolicy, ChunkContext, ChunkOutcome, NewTokens
 from .cache.evidence import OFFSET, AttentionMass, retention
+from .cache.positions import PositionRangeError
 from .decoding import REPLACEMENT_CHARACTER, greedy_decode
 from .errors import AnswerError, ChunkError, ConfigError, FrameError, QuestionError, SnapshotError
 from .guidance import GuidanceProvider
@@ -59,6 +60,12 @@ class SessionConfig:
     # middle half of the layers, ``default_evidence_layers``)
     evidence_k: int = 3
     evidence_layers: tuple[int, ...] = ()
+
+    def largest_question(self, max_position_embeddings: int) -> int:
+        """Positions the largest question and its answer take: max_question_tokens + max_new_tokens,
+        at most half the model's range (``ask`` refuses more)."""
+        answer = max(self.max_new_tokens, self.mc_max_new_tokens)
+        return min(self.max_question_tokens + answer, max_position_embeddings // 2)
 
     def __post_init__(self):
         for name in ("chunk_frames", "max_question_tokens", "max_new_tokens", "mc_max_new_tokens", "history_size"):
@@ -169,6 +176,7 @@ class Session:
         self.chunks_failed = 0
         self.chunks_failed_in_a_row = 0
         self.last_chunk_error = ""
+        self.ingest_stopped = ""
         self.questions_answered = 0
         self.last_chunk: ChunkReport | None = None
         self.last_ttft_ms = 0.0
@@ -232,17 +240,21 @@ class Session:
         try:
             t0 = time.perf_counter()
             inputs = adapter.preprocess([frame for frame, _ in batch])
+            rel = adapter.chunk_rel_positions(inputs)
+            # before the encoder runs: a chunk the position range cannot take costs no more
+            policy.ensure_room(int(rel.max().item()) + 1 + self._question_room())
+            mark = policy.mark()  # ensure_room may re-index; it never changes lengths
             failpoints.hit("encode", chunk=attempt)
             embeds = adapter.encode(inputs)
             t1 = time.perf_counter()
-            rel = adapter.chunk_rel_positions(inputs)
             unit_ids = torch.arange(self._next_unit, self._next_unit + inputs.num_units)
             chunk = NewTokens(rel, unit_ids.repeat_interleave(inputs.tokens_per_unit),
                               torch.full((rel.shape[1],), chunk_id, dtype=torch.long))
-            policy.ensure_room(int(rel.max().item()) + 1)
-            mark = policy.mark()  # ensure_room may re-index; it never changes lengths
             self._prefill(embeds, chunk, inputs.tokens_per_unit, attempt)
             t2 = time.perf_counter()
+        except PositionRangeError as err:
+            policy.truncate(mark)
+            raise self._range_full(source, err) from err
         except Exception as err:
             policy.truncate(mark)
             message = f"{source} dropped: {_describe(err)}"
@@ -275,7 +287,31 @@ class Session:
             self._chunk_failed(message)
             raise ChunkError(message, kept=True, out_of_memory=is_out_of_memory(compress_error)) from compress_error
         self.chunks_failed_in_a_row = 0
+        self.ingest_stopped = ""
         return self.last_chunk
+
+    def _question_room(self) -> int:
+        """Positions a chunk must leave free in the model's range. A policy that can free none
+        (nothing bounds what it keeps: ``full``) keeps room for the largest question, so questions
+        are still answered once the range is full; a bounded one re-indexes for a question instead
+        (the factory checked that its budget, a chunk and a question fit, docs/architecture.md)."""
+        if self.policy.bounding_setting:
+            return 0
+        return self.config.largest_question(self.policy.geometry.max_position_embeddings)
+
+    def _range_full(self, source: str, err: PositionRangeError) -> ChunkError:
+        """A chunk the position range cannot take: refused, memory unchanged; the status says so
+        (an ERROR memory diagnostic) until a chunk is taken in again."""
+        policy = self.policy
+        advice = (f"policy '{policy.name}' keeps every token, so no more frames fit: use a bounded policy (fifo, "
+                  "uniform or hermes with budget_tokens, or h2svc) to keep streaming"
+                  if not policy.bounding_setting else f"lower {policy.bounding_setting}")
+        message = (f"{source} not taken in: the memory has reached the model's position range "
+                   f"(max_position_embeddings {err.limit}); questions are answered from the "
+                   f"{self._memory().frames} frame(s) held; {advice}")
+        self._chunk_failed(message)
+        self.ingest_stopped = message
+        return ChunkError(message, position_range=True)
 
     def _prefill(self, embeds: torch.Tensor, chunk: NewTokens, tokens_per_unit: int, attempt: int) -> None:
         """The chunk's tokens through the decoder over the cache: one forward, or one per unit for a
@@ -374,7 +410,11 @@ class Session:
                     raise QuestionError(f"no frames from camera '{camera}' yet")
                 known = ", ".join(c or "''" for c in self.cameras) or "none yet"
                 raise QuestionError(f"unknown camera '{camera}' (cameras seen: {known})")
-            self.flush()
+            try:
+                self.flush()
+            except ChunkError as err:
+                if not err.position_range:  # a full memory still answers from what it holds
+                    raise
             if not self.units:
                 raise QuestionError("no frames in memory yet: wait for the camera stream, then ask again")
             key_filter, visible = None, list(self.units)
@@ -387,7 +427,11 @@ class Session:
                 visible = self._window_units(visible, window, camera)
                 # a window hides the summary tokens too: they fold frames of any time together
                 key_filter = torch.tensor(visible, dtype=torch.long)
-            policy.ensure_room(len(ids) + budget)
+            try:
+                policy.ensure_room(len(ids) + budget)
+            except PositionRangeError as err:
+                raise QuestionError(f"the question ({len(ids)} tokens) and its answer (max_new_tokens {budget}) do "
+                                    f"not fit in the positions left: {err}") from None
             held = self._memory(visible, window=window)
             probe = AttentionMass(self.evidence_layers, policy.geometry.num_layers, self._next_unit,
                                   policy.geometry.device) if evidence_k else None
@@ -526,6 +570,7 @@ class Session:
                 device_memory=DeviceMemory.of(self.adapter.device), last_chunk=self.last_chunk,
                 chunks_encoded=self.chunks_encoded, chunks_failed=self.chunks_failed,
                 chunks_failed_in_a_row=self.chunks_failed_in_a_row, last_chunk_error=self.last_chunk_error,
+                ingest_stopped=self.ingest_stopped,
                 questions_answered=self.questions_answered, pending_frames=self.pending_frames(),
                 last_ttft_ms=self.last_ttft_ms, cameras=list(self.cameras),
                 most_questions_a_chunk_waited_for=self.most_questions_a_chunk_waited_for,
@@ -596,4 +641,5 @@ class Session:
             self.units, self.history, self.cameras = units, history, cameras
             self._next_unit, self._next_chunk = next_unit, next_chunk
             self._pending.clear()
+            self.ingest_stopped = ""  # the next chunk finds out whether the loaded memory has room
             return self._memory().frames

@@ -160,6 +160,8 @@ class SessionStatus:
     chunks_failed: int = 0
     chunks_failed_in_a_row: int = 0  # since the last chunk that went through: the memory is not updating
     last_chunk_error: str = ""
+    # why chunks are not taken in (the memory reached the model's position range), "" while they are
+    ingest_stopped: str = ""
     questions_answered: int = 0
     pending_frames: int = 0
     last_ttft_ms: float = 0.0

@@ -9,7 +9,7 @@
   when every frame since the last update was rejected).
 - "memory": KV tokens and bytes held vs the budget, per-layer (and per-bank) summary, CUDA memory.
   ERROR when chunks fail again and again (the memory is not updating: answers come from stale
-  frames); WARN when a layer holds more video tokens than the budget, or CUDA memory is nearly full.
+  frames) or the memory reached the model's position range (the full cache takes no more frames); WARN when a layer holds more video tokens than the budget, or CUDA memory is nearly full.
 - "latency": encode / prefill / compress ms of the last chunk and the last TTFT. WARN when a chunk
   takes longer than the encoder's time for it: the stream time one chunk covers (chunk_frames /
   sample_fps) shared by every camera, since each camera fills its own chunks in that time (the
@@ -199,7 +199,9 @@ class EngineTasks:
         m, cache, device = v.status, v.status.cache, v.status.device_memory
         layers = list(cache.layer_tokens)
         video_max = max(layers) - m.prefix_tokens if layers else 0
-        if m.chunks_failed_in_a_row >= FAILING_CHUNKS:
+        if m.ingest_stopped:  # the memory reached the model's position range: no frame is taken in
+            stat.summary(ERROR, m.ingest_stopped)
+        elif m.chunks_failed_in_a_row >= FAILING_CHUNKS:
             stat.summary(ERROR, f"the memory is not updating: the last {m.chunks_failed_in_a_row} chunks failed "
                                 f"({v.chunk_error or m.last_chunk_error}); answers come from frames up to stamp "
                                 f"{m.newest_stamp:.3f}")

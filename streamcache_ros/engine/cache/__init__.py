@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .base import (CacheGeometry, CachePolicy, CacheStats, ChunkContext, ChunkOutcome, FamilyTraits, GuidancePass,
-                   GuidancePrompt, GuidanceRequest, NewTokens)
+from .base import (CacheGeometry, CachePolicy, CacheStats, ChunkContext, ChunkOutcome, ChunkShape, FamilyTraits,
+                   GuidancePass, GuidancePrompt, GuidanceRequest, NewTokens)
 from .fifo import FifoCachePolicy
 from .full import FullCachePolicy
 from .h2svc import H2svcPolicy
@@ -58,7 +58,7 @@ def takes_budget(name: str) -> bool:
     return policy_class(name).settings_class.takes("budget_tokens")
 
 
-__all__ = ["POLICIES", "CacheGeometry", "CachePolicy", "CacheStats", "ChunkContext", "ChunkOutcome", "FamilyTraits",
-           "GuidancePass", "GuidancePrompt", "GuidanceRequest", "KVStore", "LayerwisePolicy", "NewTokens",
+__all__ = ["POLICIES", "CacheGeometry", "CachePolicy", "CacheStats", "ChunkContext", "ChunkOutcome", "ChunkShape",
+           "FamilyTraits", "GuidancePass", "GuidancePrompt", "GuidanceRequest", "KVStore", "LayerwisePolicy", "NewTokens",
            "PAD_UNIT", "PREFIX_UNIT", "PolicySettings", "SUMMARY_UNIT", "SettingError", "SettingInfo", "TEXT_UNIT",
            "make_policy", "policy_class", "policy_parameters", "policy_settings", "takes_budget"]

@@ -72,6 +72,19 @@ class CacheGeometry:
         return self.num_q_heads // self.num_kv_heads
 
 
+@dataclass(frozen=True)
+class ChunkShape:
+    """How one chunk of camera frames is laid out in positions (what ``kept_positions`` reads):
+    ``unit_positions`` is what a stream unit takes alone, ``chunk_positions`` what a chunk takes by
+    the chunk-start rule; with 1D RoPE both are their token counts, with M-RoPE their largest t/h/w
+    extent (e.g. 23 for a chunk of 2 temporal patches of 17x23 tokens)."""
+
+    unit_tokens: int
+    unit_positions: int
+    chunk_tokens: int
+    chunk_positions: int
+
+
 @dataclass
 class NewTokens:
     """The tokens one forward pass appends: the same for every layer."""
@@ -267,7 +280,19 @@ class CachePolicy(abc.ABC):
 
     @abc.abstractmethod
     def ensure_room(self, n_tokens: int) -> None:
-        """Make sure ``n_tokens`` more tokens get positions inside the model's range."""
+        """Make sure ``n_tokens`` more tokens get positions inside the model's range (re-indexing if
+        need be); raises positions.PositionRangeError where even a re-index leaves too little room."""
+
+    @property
+    def bounding_setting(self) -> str:
+        """The setting that bounds what this policy keeps ("" where nothing does: ``full``)."""
+        return ""
+
+    def kept_positions(self, value: int, shape: "ChunkShape") -> int:
+        """The most positions the stream units this policy keeps can take once re-indexed, with its
+        bounding setting at ``value``; the factory checks them, a chunk and a question against the
+        model's range (docs/architecture.md#the-position-range)."""
+        raise NotImplementedError(f"policy '{self.name}' keeps no bound")
 
     # -- temporary tokens (question and answer) ---------------------------------------------------
     @abc.abstractmethod

@@ -24,12 +24,12 @@ class FifoCachePolicy(LayerwisePolicy):
 
     def evict(self, context: ChunkContext) -> ChunkOutcome:
         evicted, budget = 0, self.budget_tokens
-        for i, store in enumerate(self.layers):
+        for store in self.layers:
             is_prefix = store.units == PREFIX_UNIT
             video = torch.nonzero(~is_prefix).flatten()
             if video.numel() <= budget:
                 continue
             keep = torch.cat((torch.nonzero(is_prefix).flatten(), video[-budget:]))
             evicted += video.numel() - budget
-            self.layers[i] = store.select(keep)
+            store.keep(keep)
         return ChunkOutcome(evicted_tokens=evicted)

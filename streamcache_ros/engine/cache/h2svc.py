@@ -23,7 +23,8 @@ from typing import Any
 import torch
 
 from .attention import cached_attention, varlen_attention
-from .base import CacheGeometry, CachePolicy, CacheStats, ChunkContext, ChunkOutcome, NewTokens, UnitTokens
+from .base import (CacheGeometry, CachePolicy, CacheStats, ChunkContext, ChunkOutcome, ChunkShape, NewTokens,
+                   UnitTokens)
 from .positions import ReindexSettings, renumber
 from .rope import apply_rotary
 from .sap import BANK_NAMES, DEFAULT_RATIOS, EPISODIC, HeadMap, check_ratios
@@ -128,6 +129,7 @@ class H2svcPolicy(CachePolicy):
         self.trajectory = TrajectoryBank(episodic, self.n_e, g.device)
         self.pending: list[list[int]] = [[] for _ in range(episodic)]  # evicted, not yet removed
         self.newest_unit = -1
+        self.chunk_tokens = 0  # video tokens of the chunk being stored (reserved for the next one)
         self.dropped_units = 0  # FIFO drops, summed over heads
         self.evicted_age_sum = 0  # over every episodic head's evictions
         self.reindex_events = 0
@@ -170,6 +172,8 @@ class H2svcPolicy(CachePolicy):
         for group in groups:
             heads = group.store.heads
             group.store.append(k[:, heads], v[:, heads], positions[heads], new.units, new.chunks)
+        if layer == 0:
+            self.chunk_tokens += int((new.units >= 0).sum())
         return cos, sin
 
     def _visible(self, layer: int, group: HeadGroup, first_unit: int | None, key_filter) -> torch.Tensor | None:
@@ -251,6 +255,12 @@ class H2svcPolicy(CachePolicy):
         else:
             # §5 lazy: a head re-indexes when its positions pass max_position_embeddings - margin
             heads = self._reindex(lambda offsets: offsets - 1.0 > self.rule.threshold)
+        # reserved buffers (store.py): room for a chunk like this one, so that its units, appended
+        # one at a time, copy no store (at most one copy a store a chunk while the windows fill)
+        for groups in self.groups:
+            for group in groups:
+                group.store.reserve(self.chunk_tokens)
+        self.chunk_tokens = 0
         return ChunkOutcome(evicted_tokens=freed, reindexed=heads > 0,
                             details={"stce_evictions": evictions, "freed_tokens": freed, "reindexed_heads": heads})
 
@@ -300,6 +310,17 @@ class H2svcPolicy(CachePolicy):
 
     def ensure_room(self, n_tokens: int) -> None:
         self._reindex(lambda offsets: self.rule.overflows(offsets - 1.0, n_tokens))
+        self.rule.require(self.max_position(), n_tokens)
+
+    @property
+    def bounding_setting(self) -> str:
+        # between chunks a head holds at most its window (FIFO banks) or N_e units (episodic)
+        windows = {"w_s": self.settings.w_s, "w_w": self.settings.w_w, "n_e": self.settings.n_e}
+        return max(windows, key=windows.get)
+
+    def kept_positions(self, value: int, shape: ChunkShape) -> int:
+        # §5: a head renumbers its units back to back, each keeping its own extent
+        return value * shape.unit_positions
 
     # -- temporary tokens -------------------------------------------------------------------------
     def mark(self) -> dict[str, Any]:
@@ -353,6 +374,7 @@ class H2svcPolicy(CachePolicy):
                    # the mean age (in units) of an evicted frame, over every episodic head's evictions
                    "evicted_age_mean": self.evicted_age_sum / head_evictions if head_evictions else 0.0,
                    "fifo_dropped_units": self.dropped_units,
+                   "kv_reserved_bytes": sum(group.store.reserved_bytes for groups in self.groups for group in groups),
                    "reindexed_heads": self.reindexed_heads,
                    "head_map": self.settings.head_map_path},
         )

@@ -28,7 +28,6 @@ from .hermes_rules import (DEEP, GLOBAL_PROMPT, LOCAL_PROMPT, MID, ROLE_PROMPT, 
 from .layerwise import LayerwisePolicy, LayerwiseSettings, budget_setting
 from .rope import apply_rotary
 from .settings import SettingError, setting
-from .store import KVStore
 from .units import SUMMARY_UNIT
 
 UNIT_RANGE = {"low": 0.0, "high": 1.0}
@@ -204,29 +203,31 @@ class HermesPolicy(LayerwisePolicy):
         return attention
 
     def shrink(self, keep: list[torch.Tensor], compact: bool, outcome: ChunkOutcome | None = None) -> None:
-        """§10: gather the kept tokens, re-index them when ``compact``, fold the pruned ones of deep
-        layers into a summary token. Every layer is replaced at once (the cache is never half-done)."""
+        """§10: keep the kept tokens (in place, store.py), re-index them when ``compact``, fold the
+        pruned ones of deep layers into a summary token; layer after layer, each whole."""
         rotary = self.geometry.rotary
-        shrunk: list[KVStore] = []
         for role, store, indices in zip(self.roles, self.layers, keep):
             safe = sanitize_keep(indices.to(store.units.device), len(store))
-            kept = store.select(safe)
-            if compact:
-                kept.reindex(rotary, self.renumber)  # §10.3: keys turned by the delta
             pruned = pruned_indices(safe, len(store))
-            if role == DEEP and self.settings.summary and pruned.numel() > 0:
+            fold = role == DEEP and self.settings.summary and pruned.numel() > 0
+            if fold:  # the pruned tokens, read before the kept ones move over them (about a chunk)
+                gone = (store.keys.index_select(2, pruned), store.values.index_select(2, pruned),
+                        store.positions.index_select(1, pruned))
+            store.keep(safe)
+            if compact:
+                store.reindex(rotary, self.renumber)  # §10.3: keys turned by the delta
+            if fold:
                 # §10.1/§10.2: the summary sits at max + 1 on every axis (with 1D positions, which only
                 # grow along the cache, that is the last kept position + 1)
-                target = kept.positions.max().item() + 1.0
-                key, value = summary_token(store.keys, store.values, store.positions, pruned, target, rotary)
-                kept.append(key, value, torch.full((rotary.axes, 1), target, device=kept.positions.device),
-                            torch.tensor([SUMMARY_UNIT]), torch.tensor([-1]))
+                target = store.positions.max().item() + 1.0
+                every = torch.arange(pruned.numel(), device=pruned.device)
+                key, value = summary_token(*gone, every, target, rotary)
+                store.append(key, value, torch.full((rotary.axes, 1), target, device=store.positions.device),
+                             torch.tensor([SUMMARY_UNIT]), torch.tensor([-1]))
                 if outcome is not None:
                     outcome.details["summary_tokens"] += 1
             if outcome is not None:
                 outcome.evicted_tokens += int(pruned.numel())
-            shrunk.append(kept)
-        self.layers = shrunk
         if compact:
             self.reindex_events += 1
 

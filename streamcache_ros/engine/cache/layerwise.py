@@ -2,13 +2,14 @@
 tokens, one store per layer, positions per layer; ``evict`` decides what each layer keeps."""
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from .attention import cached_attention
-from .base import CachePolicy, CacheStats, ChunkContext, ChunkOutcome, NewTokens, UnitTokens
+from .base import CachePolicy, CacheStats, ChunkContext, ChunkOutcome, ChunkShape, NewTokens, UnitTokens
 from .positions import MROPE_MODES, ReindexSettings, renumber
 from .rope import apply_rotary
 from .settings import GENERAL, setting
@@ -87,20 +88,37 @@ class LayerwisePolicy(CachePolicy):
 
     def ensure_room(self, n_tokens: int) -> None:
         if self.rule.overflows(self.max_position(), n_tokens):
-            self.reindex()
+            self.reindex(room=n_tokens)
+            self.rule.require(self.max_position(), n_tokens)
 
-    def reindex(self) -> None:
-        """Renumber every layer's kept tokens compactly and rotate their keys by the delta."""
+    @property
+    def bounding_setting(self) -> str:
+        return "budget_tokens" if self.settings_class.takes("budget_tokens") else ""
+
+    def kept_positions(self, value: int, shape: ChunkShape) -> int:
+        # 1D renumbers the kept tokens 0..n-1: one position each. M-RoPE shifts each kept chunk back
+        # to back, keeping its extent: a budget in whole chunks (and a partial one) by the
+        # chunk-start rule, never more than one position per token (a shift that would take more
+        # ranks densely, positions.renumber)
+        chunks = -(-value // shape.chunk_tokens) + 1
+        return min(value, chunks * shape.chunk_positions)
+
+    def reindex(self, room: int = 0) -> None:
+        """Renumber every layer's kept tokens compactly and rotate their keys by the delta, leaving
+        ``room`` positions free below the model's range."""
+        renumber = functools.partial(self.renumber, room=room)
         for store in self.layers:
-            store.reindex(self.geometry.rotary, self.renumber)
+            store.reindex(self.geometry.rotary, renumber)
         self.reindex_events += 1
 
-    def renumber(self, old: torch.Tensor, units: torch.Tensor, chunks: torch.Tensor) -> torch.Tensor:
+    def renumber(self, old: torch.Tensor, units: torch.Tensor, chunks: torch.Tensor, room: int = 0) -> torch.Tensor:
         """New positions of one layer's kept tokens (positions.renumber): a chunk moves as one group,
-        a summary token is a group of its own (prefix tokens have chunk id -1)."""
+        a summary token is a group of its own (prefix tokens have chunk id -1). An M-RoPE shift must
+        end under the lazy threshold and leave ``room`` positions in the range, or ranks densely."""
         groups = torch.where(units == SUMMARY_UNIT, -2 - torch.arange(len(units), device=units.device), chunks)
+        limit = min(self.rule.threshold, self.rule.limit - 1 - room)
         new, fell_back = renumber(old, units, groups, self.geometry.traits.rope_layout,
-                                  self.settings.mrope_reindex, limit=self.rule.threshold)
+                                  self.settings.mrope_reindex, limit=limit)
         self.dense_fallbacks += int(fell_back)
         return new
 
@@ -127,7 +145,8 @@ class LayerwisePolicy(CachePolicy):
             units=[int(u) for u in units.tolist() if u >= 0],
             max_position=self.max_position(),
             reindex_events=self.reindex_events,
-            extra={"dense_fallbacks": self.dense_fallbacks},
+            extra={"dense_fallbacks": self.dense_fallbacks,
+                   "kv_reserved_bytes": sum(s.reserved_bytes for s in self.layers)},
         )
 
     def unit_tokens(self) -> UnitTokens:

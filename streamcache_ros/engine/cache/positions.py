@@ -24,6 +24,16 @@ MROPE_MODES = ("shift", "dense_rank")
 REINDEX_MODES = ("lazy", "eager")
 
 
+class PositionRangeError(RuntimeError):
+    """More tokens than the model's position range holds, even after the kept tokens were
+    renumbered: ``ensure_room`` raises it rather than place a token past the range."""
+
+    def __init__(self, limit: int, max_position: float, n_tokens: int):
+        super().__init__(f"{n_tokens} more positions after position {max_position:.0f} would pass the model's range "
+                         f"(max_position_embeddings {limit}), even after re-indexing")
+        self.limit, self.max_position, self.n_tokens = limit, max_position, n_tokens
+
+
 @dataclass(frozen=True)
 class ReindexSettings(PolicySettings):
     """The re-index settings every policy has (each checked here, once)."""
@@ -59,6 +69,12 @@ class ReindexRule:
         """``n_tokens`` more tokens after ``max_position`` (a float, or a tensor of them) would pass
         the model's range."""
         return max_position + n_tokens >= self.limit
+
+    def require(self, max_position: float, n_tokens: int) -> None:
+        """Raise PositionRangeError when ``n_tokens`` more tokens after ``max_position`` would pass
+        the range (what ``ensure_room`` checks once it has re-indexed)."""
+        if self.overflows(max_position, n_tokens):
+            raise PositionRangeError(self.limit, max_position, n_tokens)
 
 
 def sequential_positions(count: int, device=None) -> torch.Tensor:

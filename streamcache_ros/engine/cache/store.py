@@ -8,9 +8,13 @@ units and chunks [rows, T]). The rows of a store always have one length T: when 
 different numbers of tokens the shorter rows are padded with ``PAD_UNIT`` slots, never attended to
 and never counted, so the bytes held are rows · T · D per tensor, not a full cache masked out.
 
-Tensors are replaced, never edited in place: the forward pass appends under inference mode, and
-compression and re-indexing may run outside it, where an in-place edit of an inference tensor is an
-error.
+Reserved buffers (docs/performance.md#real-widths): the tensors are views of the first T slots of
+buffers with room for more. An append writes into the room in place, and only when there is none
+are the tokens copied once into a buffer an eighth larger than needed; eviction moves the kept
+tokens forward in place, a block at a time; a question's tokens are dropped by shortening the
+views. So a chunk, a unit (H2SVC) or an answer's token is never a copy of the cache, and the memory
+a chunk takes on top of the cache is the chunk and a block. The buffers are normal tensors (made
+outside inference mode), so they may be written in place in and outside inference mode.
 """
 from __future__ import annotations
 
@@ -25,6 +29,8 @@ from .units import PAD_UNIT, PREFIX_UNIT, TEXT_UNIT
 
 # (old positions [axes, n], unit ids [n], chunk ids [n]) of one row's kept tokens -> new positions
 Renumber = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+GROWTH = 8  # a buffer that runs out of room grows to what is needed + 1/GROWTH of it
+BLOCK = 512  # tokens moved at a time when evicting in place
 
 
 def tensor_bytes(*tensors: torch.Tensor) -> int:
@@ -34,12 +40,14 @@ def tensor_bytes(*tensors: torch.Tensor) -> int:
 class KVStore:
     """The KV heads ``heads`` of one layer (all of them, or an H2SVC group)."""
 
+    copies = 0  # appends that copied a store's tokens into a larger buffer, every store so far (benchmarks)
+
     def __init__(self, keys, values, positions, units, chunks, heads: torch.Tensor, shared: bool):
-        self.keys, self.values = keys, values
-        self.positions, self.units, self.chunks = positions, units, chunks
         self.heads = heads
         self.shared = shared
-        self.padded = False
+        self.copied = 0  # appends or reserves that copied this store's tokens into a larger buffer
+        self._adopt(keys, values, positions, units, chunks)
+        self.padded = bool((self.units == PAD_UNIT).any()) if len(self) else False
 
     @classmethod
     def empty(cls, geometry, heads: list[int] | None = None, shared: bool = True) -> "KVStore":
@@ -48,12 +56,55 @@ class KVStore:
         rows = () if shared else (len(heads),)
         keys = torch.empty(1, len(heads), 0, g.head_dim, dtype=g.dtype, device=g.device)
         ids = torch.empty(*rows, 0, dtype=torch.long, device=g.device)
-        return cls(keys, keys.clone(), torch.empty(*rows, g.rotary.axes, 0, device=g.device), ids, ids.clone(),
+        return cls(keys, keys, torch.empty(*rows, g.rotary.axes, 0, device=g.device), ids, ids,
                    torch.tensor(heads, dtype=torch.long, device=g.device), shared)
+
+    def _adopt(self, keys, values, positions, units, chunks, capacity: int = 0) -> None:
+        """New buffers holding these tokens (copied), with room for ``capacity`` slots in all."""
+        length = int(keys.shape[2])
+        capacity = max(capacity, length)
+        with torch.inference_mode(False):  # normal tensors: writable in place anywhere
+
+            def buffer(x: torch.Tensor) -> torch.Tensor:
+                shape = list(x.shape)
+                axis = 2 if x.dim() == 4 else x.dim() - 1
+                shape[axis] = capacity
+                out = torch.empty(shape, dtype=x.dtype, device=x.device)
+                out.narrow(axis, 0, length).copy_(x)
+                return out
+
+            self._keys, self._values = buffer(keys), buffer(values)
+            self._positions, self._units, self._chunks = buffer(positions), buffer(units), buffer(chunks)
+        self._length = length
+
+    # -- the tokens held (views of the buffers) ---------------------------------------------------
+    @property
+    def keys(self) -> torch.Tensor:
+        return self._keys[:, :, :self._length]
+
+    @property
+    def values(self) -> torch.Tensor:
+        return self._values[:, :, :self._length]
+
+    @property
+    def positions(self) -> torch.Tensor:
+        return self._positions[..., :self._length]
+
+    @property
+    def units(self) -> torch.Tensor:
+        return self._units[..., :self._length]
+
+    @property
+    def chunks(self) -> torch.Tensor:
+        return self._chunks[..., :self._length]
 
     # -- shape ------------------------------------------------------------------------------------
     def __len__(self) -> int:
-        return int(self.keys.shape[2])
+        return self._length
+
+    @property
+    def capacity(self) -> int:
+        return int(self._keys.shape[2])
 
     @property
     def rows(self) -> int:
@@ -61,7 +112,13 @@ class KVStore:
 
     @property
     def nbytes(self) -> int:
+        """Bytes of the tokens held (keys and values)."""
         return tensor_bytes(self.keys, self.values)
+
+    @property
+    def reserved_bytes(self) -> int:
+        """Bytes of the room reserved for tokens to come (keys and values)."""
+        return tensor_bytes(self._keys, self._values) - self.nbytes
 
     def _per_row(self, x: torch.Tensor) -> torch.Tensor:
         """Positions, units or chunks with a leading row axis (a view when shared)."""
@@ -98,58 +155,93 @@ class KVStore:
     def append(self, k: torch.Tensor, v: torch.Tensor, positions: torch.Tensor, units: torch.Tensor,
                chunks: torch.Tensor) -> None:
         """k, v [1, rows, Q, D]; positions [axes, Q] (shared) or [rows, axes, Q]; units and chunks
-        [Q]: the same tokens for every row."""
-        units, chunks = units.to(self.units.device), chunks.to(self.chunks.device)
+        [Q]: the same tokens for every row. Written into the reserved room (grown once if short)."""
+        units, chunks = units.to(self._units.device), chunks.to(self._chunks.device)
         if not self.shared:
             units, chunks = units[None].expand(self.rows, -1), chunks[None].expand(self.rows, -1)
-        self.keys = torch.cat((self.keys, k), dim=2)
-        self.values = torch.cat((self.values, v), dim=2)
-        self.positions = torch.cat((self.positions, positions), dim=-1)
-        self.units = torch.cat((self.units, units), dim=-1)
-        self.chunks = torch.cat((self.chunks, chunks), dim=-1)
+        start, end = self._length, self._length + int(k.shape[2])
+        self.reserve(end - start)
+        self._keys[:, :, start:end] = k
+        self._values[:, :, start:end] = v
+        self._positions[..., start:end] = positions
+        self._units[..., start:end] = units
+        self._chunks[..., start:end] = chunks
+        self._length = end
+
+    def reserve(self, extra: int) -> None:
+        """Room for ``extra`` more tokens: when short, the tokens are copied once into a buffer for
+        them and ``extra`` more, plus an eighth (H2SVC reserves a chunk's worth after each chunk, so
+        that the chunk's units, appended one by one, never copy the store)."""
+        need = self._length + int(extra)
+        if need > self.capacity:
+            KVStore.copies += 1
+            self.copied += 1
+            self._adopt(self.keys, self.values, self.positions, self.units, self.chunks, need + need // GROWTH)
 
     def truncate(self, length: int) -> None:
-        if length < len(self):
-            self.keys = self.keys[:, :, :length].clone()
-            self.values = self.values[:, :, :length].clone()
-            self.positions = self.positions[..., :length].clone()
-            self.units = self.units[..., :length].clone()
-            self.chunks = self.chunks[..., :length].clone()
+        """Drop the tokens after the first ``length`` (a question's, a failed chunk's): the views
+        get shorter, the room stays reserved."""
+        self._length = min(int(length), self._length)
 
     def select(self, index: torch.Tensor) -> "KVStore":
         """A new store of the slots ``index`` [n], in that order, for every row."""
-        index = index.to(self.keys.device)
+        index = index.to(self._keys.device)
         store = KVStore(self.keys.index_select(2, index), self.values.index_select(2, index),
                         self.positions.index_select(-1, index), self.units.index_select(-1, index),
                         self.chunks.index_select(-1, index), self.heads, self.shared)
         store.padded = self.padded
         return store
 
+    def keep(self, index: torch.Tensor) -> None:
+        """Keep only the slots ``index`` [n] (ascending, each once), in place: every row's kept
+        slots move to the front a block at a time. Safe in place: slot ``index[i] >= i``, so a block
+        never overwrites a slot a later block still has to read."""
+        index = index.to(self._keys.device)
+        if index.numel() > 1 and not bool((index[1:] > index[:-1]).all()):
+            raise ValueError("keep() takes ascending slots, each once")
+        self._gather(index[None].expand(self.rows, -1), int(index.numel()))
+
     def compact(self, keep: torch.Tensor) -> None:
-        """Keep the slots where ``keep`` ([T], or [rows, T] per row) is True, in order; rows shorter
-        than the longest are padded (only when they kept different numbers of tokens)."""
+        """Keep the slots where ``keep`` ([T], or [rows, T] per row) is True, in order, in place;
+        rows shorter than the longest are padded (only when they kept different numbers of tokens)."""
         if self.shared:
-            kept = self.select(torch.nonzero(keep).flatten())
-            self.keys, self.values, self.positions, self.units, self.chunks = (
-                kept.keys, kept.values, kept.positions, kept.units, kept.chunks)
+            self.keep(torch.nonzero(keep).flatten())
             return
         counts = keep.sum(dim=1)
         width = int(counts.max()) if self.rows else 0
         # kept slots first, in their order (a stable sort of "dropped" flags)
         order = torch.argsort((~keep).to(torch.int32), dim=1, stable=True)[:, :width]
-        take = order[None, :, :, None].expand(1, -1, -1, self.keys.shape[-1])
-        keys, values = self.keys.gather(2, take), self.values.gather(2, take)
-        positions = self.positions.gather(2, order[:, None, :].expand(-1, self.positions.shape[1], -1))
-        units, chunks = self.units.gather(1, order), self.chunks.gather(1, order)
+        self._gather(order, width)
         filled = torch.arange(width, device=keep.device)[None, :] < counts[:, None]
         self.padded = not bool(filled.all())
         if self.padded:
-            keys = keys.masked_fill(~filled[None, :, :, None], 0)
-            values = values.masked_fill(~filled[None, :, :, None], 0)
-            positions = positions.masked_fill(~filled[:, None, :], 0)
-            units = units.masked_fill(~filled, PAD_UNIT)
-            chunks = chunks.masked_fill(~filled, -1)
-        self.keys, self.values, self.positions, self.units, self.chunks = keys, values, positions, units, chunks
+            self._keys[:, :, :width].masked_fill_(~filled[None, :, :, None], 0)
+            self._values[:, :, :width].masked_fill_(~filled[None, :, :, None], 0)
+            self._positions[..., :width].masked_fill_(~filled[:, None, :], 0)
+            self._units[..., :width].masked_fill_(~filled, PAD_UNIT)
+            self._chunks[..., :width].masked_fill_(~filled, -1)
+
+    def _gather(self, order: torch.Tensor, width: int) -> None:
+        """Slot ``order[r, j]`` of row ``r`` to slot ``j``, for j < width, in blocks (order[r, j] >= j)."""
+        dim = self._keys.shape[-1]
+        for start in range(0, width, BLOCK):
+            take = order[:, start:start + BLOCK]
+            end = start + take.shape[1]
+            if bool((take == torch.arange(start, end, device=take.device)).all()):
+                continue  # already in place (the prefix, a window's start)
+            index = take[None, :, :, None].expand(1, -1, -1, dim)
+            self._keys[:, :, start:end] = self._keys.gather(2, index)
+            self._values[:, :, start:end] = self._values.gather(2, index)
+            if self.shared:
+                self._positions[:, start:end] = self._positions.index_select(1, take[0])
+                self._units[start:end] = self._units.index_select(0, take[0])
+                self._chunks[start:end] = self._chunks.index_select(0, take[0])
+            else:
+                axes = self._positions.shape[1]
+                self._positions[:, :, start:end] = self._positions.gather(2, take[:, None, :].expand(-1, axes, -1))
+                self._units[:, start:end] = self._units.gather(1, take)
+                self._chunks[:, start:end] = self._chunks.gather(1, take)
+        self._length = width
 
     def reindex(self, rotary: RotarySpec, renumber: Renumber, rows: torch.Tensor | None = None) -> None:
         """Renumber the kept tokens of ``rows`` (all of them by default; a shared store renumbers all
@@ -163,8 +255,11 @@ class KVStore:
             valid = units[row] != PAD_UNIT
             new[row][:, valid] = renumber(positions[row][:, valid], units[row][valid], chunks[row][valid])
         delta = self._as_stored(new - positions)
-        self.keys = rotate_by_delta(self.keys, rotary, delta)
-        self.positions = self._as_stored(new)
+        keys = self.keys
+        rotated = rotate_by_delta(keys, rotary, delta)
+        if rotated is not keys:  # (the same tensor where no position moved)
+            keys.copy_(rotated)
+        self._positions[..., :self._length] = self._as_stored(new)
 
     # -- reading ----------------------------------------------------------------------------------
     def visible(self, allowed_units: torch.Tensor) -> torch.Tensor:
@@ -202,17 +297,15 @@ class KVStore:
 
     # -- snapshots ----------------------------------------------------------------------------------
     def state(self) -> dict[str, Any]:
-        return {"heads": self.heads.cpu(), "keys": self.keys.cpu(), "values": self.values.cpu(),
-                "positions": self.positions.cpu(), "units": self.units.cpu(), "chunks": self.chunks.cpu()}
+        """The tokens held, copied (never the live buffers)."""
+        return {"heads": self.heads.cpu(), **{name: getattr(self, name).to("cpu", copy=True)
+                                              for name in ("keys", "values", "positions", "units", "chunks")}}
 
     def load(self, state: dict[str, Any], geometry) -> None:
         theirs = [int(h) for h in state["heads"]]
         if theirs != self.heads.tolist():
             raise ValueError(f"the snapshot stores KV heads {theirs} where this cache stores {self.heads.tolist()}")
         d = geometry.device
-        self.keys = state["keys"].to(d, geometry.dtype)
-        self.values = state["values"].to(d, geometry.dtype)
-        self.positions = state["positions"].to(d)
-        self.units = state["units"].to(d)
-        self.chunks = state["chunks"].to(d)
+        self._adopt(state["keys"].to(d, geometry.dtype), state["values"].to(d, geometry.dtype),
+                    state["positions"].to(d), state["units"].to(d), state["chunks"].to(d))
         self.padded = bool((self.units == PAD_UNIT).any())

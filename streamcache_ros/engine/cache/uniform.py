@@ -65,8 +65,8 @@ class UniformCachePolicy(LayerwisePolicy):
             keep = spread(units, count)
         kept = torch.tensor(keep, dtype=torch.long)
         evicted = 0
-        for i, store in enumerate(self.layers):
+        for store in self.layers:
             stays = (store.units < 0) | torch.isin(store.units, kept.to(store.units.device))
             evicted += int((~stays).sum())
-            self.layers[i] = store.select(torch.nonzero(stays).flatten())
+            store.keep(torch.nonzero(stays).flatten())
         return ChunkOutcome(evicted_tokens=evicted)

@@ -1,0 +1,118 @@
+"""The KV store's reserved buffers (engine/cache/store.py, docs/performance.md#real-widths): appends
+write into reserved room in place, eviction moves the kept tokens forward in place, a question is
+dropped by shortening the views; so a chunk, an H2SVC unit or an answer's token never copies the
+cache, and the results are those of the plain gather / concatenation, bit for bit."""
+import pytest
+import torch
+
+from streamcache_ros.engine import Session, SessionConfig
+from streamcache_ros.engine.cache import PAD_UNIT, KVStore
+from streamcache_ros.engine.cache.store import BLOCK
+
+from conftest import REAL_TOKEN_FAMILIES, policy_for
+
+
+def filled_store(tokens: int, rows: int = 2, dim: int = 8, shared: bool = True, seed: int = 0) -> KVStore:
+    gen = torch.Generator().manual_seed(seed)
+    keys = torch.randn(1, rows, tokens, dim, generator=gen)
+    values = torch.randn(1, rows, tokens, dim, generator=gen)
+    lead = () if shared else (rows,)
+    positions = torch.arange(tokens, dtype=torch.float32).expand(*lead, 1, tokens).clone()
+    units = torch.arange(tokens).expand(*lead, tokens).clone() // 7
+    return KVStore(keys, values, positions, units, units.clone() // 3, torch.arange(rows), shared)
+
+
+def snapshot(store: KVStore) -> list[torch.Tensor]:
+    return [t.clone() for t in (store.keys, store.values, store.positions, store.units, store.chunks)]
+
+
+@pytest.mark.parametrize("tokens", [40, 3 * BLOCK + 17])
+def test_keep_in_place_equals_the_gather(tokens):
+    store = filled_store(tokens)
+    gen = torch.Generator().manual_seed(1)
+    index = torch.sort(torch.randperm(tokens, generator=gen)[:tokens // 3]).values
+    index = torch.cat((torch.arange(5), index[index >= 5]))  # a prefix that stays where it is
+    expected = [t.index_select(-2 if t.dim() == 4 else -1, index) for t in snapshot(store)]
+    store.keep(index)
+    for got, want in zip(snapshot(store), expected):
+        assert torch.equal(got, want)
+    with pytest.raises(ValueError, match="ascending"):
+        store.keep(torch.tensor([3, 1]))
+
+
+def test_per_row_compaction_in_place_equals_the_gather_and_pads():
+    tokens, rows = 2 * BLOCK + 9, 3
+    store = filled_store(tokens, rows=rows, shared=False)
+    gen = torch.Generator().manual_seed(2)
+    keep = torch.rand(rows, tokens, generator=gen) < torch.tensor([[0.2], [0.5], [0.9]])
+    before = snapshot(store)
+    store.compact(keep)
+    width = int(keep.sum(dim=1).max())
+    assert len(store) == width and store.padded
+    for row in range(rows):
+        slots = torch.nonzero(keep[row]).flatten()
+        n = slots.numel()
+        assert torch.equal(store.keys[0, row, :n], before[0][0, row, slots])
+        assert torch.equal(store.positions[row, :, :n], before[2][row, :, slots])
+        assert torch.equal(store.units[row, :n], before[3][row, slots])
+        assert bool((store.units[row, n:] == PAD_UNIT).all()) and not bool(store.keys[0, row, n:].any())
+
+
+def test_appends_copy_only_when_the_room_runs_out_and_a_truncate_frees_nothing():
+    store = filled_store(0)
+    reference = filled_store(0)
+    copies = KVStore.copies
+    for step in range(40):
+        piece = filled_store(8, seed=step)
+        store.append(piece.keys, piece.values, piece.positions, piece.units, piece.chunks)
+        reference = KVStore(torch.cat((reference.keys, piece.keys), 2), torch.cat((reference.values, piece.values), 2),
+                            torch.cat((reference.positions, piece.positions), -1),
+                            torch.cat((reference.units, piece.units)), torch.cat((reference.chunks, piece.chunks)),
+                            reference.heads, True)
+    assert all(torch.equal(a, b) for a, b in zip(snapshot(store), snapshot(reference)))
+    # the room grows by an eighth each time it runs out: far fewer copies than appends
+    grown = KVStore.copies - copies
+    assert 1 <= grown <= 30 and store.capacity >= len(store) == 320
+    saved = store.state()
+    length, capacity = len(store), store.capacity
+    piece = filled_store(capacity - length, seed=99)
+    store.append(piece.keys, piece.values, piece.positions, piece.units, piece.chunks)  # fills the room
+    store.truncate(length)  # a question's tokens dropped: nothing copied, the room kept
+    assert KVStore.copies == copies + grown and store.capacity == capacity
+    assert all(torch.equal(a, b) for a, b in zip(snapshot(store), [saved[k] for k in
+                                                                   ("keys", "values", "positions", "units", "chunks")]))
+
+
+def test_buffers_are_written_in_and_outside_inference_mode():
+    """Appends run under inference mode, compression and re-index may run outside it (the H2SVC
+    re-index crash of issue 17): the buffers are normal tensors, so both may write them."""
+    store = filled_store(10)
+    with torch.inference_mode():
+        piece = filled_store(6, seed=3)
+        store.append(piece.keys, piece.values, piece.positions, piece.units, piece.chunks)
+    store.keep(torch.arange(2, 16))  # outside inference mode, in place
+    piece = filled_store(4, seed=4)
+    store.append(piece.keys, piece.values, piece.positions, piece.units, piece.chunks)
+    assert len(store) == 18 and not store.keys.is_inference()
+
+
+@pytest.mark.parametrize("name", ["h2svc", "fifo", "hermes"])
+@pytest.mark.parametrize("family", REAL_TOKEN_FAMILIES)
+def test_a_steady_chunk_and_a_question_copy_no_store(real_token_adapters, camera_frames, family, name):
+    """Once the buffers have grown to what a chunk needs, a chunk (H2SVC: unit after unit) and a
+    question with its answer append in place: no store is copied."""
+    adapter = real_token_adapters[family]
+    settings = {"h2svc": {"w_s": 1, "w_w": 2, "n_e": 3}}.get(name, {"budget_tokens": 4 * 196 if family ==
+                                                                 "llava_onevision" else 2 * 391})
+    session = Session(adapter, policy_for(adapter, name, **settings),
+                      SessionConfig(chunk_frames=4, max_question_tokens=64, max_new_tokens=8))
+    frames = camera_frames(32)
+    for i, frame in enumerate(frames[:24]):  # past every window and budget: the buffers have grown
+        session.add_frame(frame, stamp=float(i))
+    session.ask("what happened?", max_new_tokens=4)
+    copies = KVStore.copies
+    for i, frame in enumerate(frames[24:], start=24):
+        session.add_frame(frame, stamp=float(i))
+    answer = session.ask("what happened?", max_new_tokens=4)
+    assert answer.answer_tokens >= 1
+    assert KVStore.copies == copies, f"{KVStore.copies - copies} store copies in two steady chunks and a question"
