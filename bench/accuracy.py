@@ -406,6 +406,8 @@ def main(argv=None) -> int:
     parser.add_argument("--out", type=pathlib.Path, default=REPORTED)
     parser.add_argument("--last-seen", action="store_true",
                         help="also ask last_seen, scored by evidence_stamps[0] (±2 s): its own table and JSON key")
+    parser.add_argument("--node-only", action="store_true",
+                        help="only the check through the node; its result replaces 'node' in the existing JSON")
     parser.add_argument("--only-last-seen", action="store_true",
                         help="ask last_seen alone (a run of its own: accuracy-<model>-last_seen.json)")
     args = parser.parse_args(argv)
@@ -421,6 +423,8 @@ def main(argv=None) -> int:
     head_map_path = str(folder / "h2svc_head_map.json") if (folder / "h2svc_head_map.json").is_file() else ""
     policies = tuple(p for p in args.policies if p in REGISTERED and (p != "h2svc" or head_map_path))
     label = f"1/{round(1 / args.fraction)}"
+    if args.node_only:
+        return node_only(args, head_map_path)
     main_fraction = {label: args.fraction}
     sweep_fractions = {f"1/{round(1 / f)}": f for f in SWEEP_FRACTIONS} | main_fraction
     records, started = [], time.perf_counter()
@@ -474,6 +478,20 @@ def main(argv=None) -> int:
         plot(sweep_summary, policies, FIGURES / f"{name}.png", args.model)
     print(f"wrote {path}")
     return 0
+
+
+def node_only(args, head_map_path: str) -> int:
+    """--node-only: the node check alone, written into the JSON a full run left (its tables kept)."""
+    path = args.out / f"accuracy-{pathlib.Path(args.model).name}.json"
+    if not path.is_file():
+        print(f"--node-only needs a full run's {path} first", file=sys.stderr)
+        return 2
+    data = json.loads(path.read_text())
+    node = checked_node(args, head_map_path)
+    data["node"] = {**node, "machine": machine("cpu")}
+    path.write_text(json.dumps(data, indent=1, default=str) + "\n")
+    print(json.dumps({k: v for k, v in node.items() if k != "records"}))
+    return 0 if "error" not in node else 1
 
 
 def checked_node(args, head_map_path: str) -> dict:

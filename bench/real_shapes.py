@@ -59,7 +59,7 @@ import torch  # noqa: E402
 from cache_cost import RandomTokens  # noqa: E402
 from encoder_backends import QWEN_VISION, SIGLIP_VISION  # noqa: E402
 
-from streamcache_ros import clip  # noqa: E402
+from streamcache_ros import world  # noqa: E402
 from streamcache_ros.engine import ChunkError, Session, SessionConfig  # noqa: E402
 from streamcache_ros.engine.adapters import VisionEncoder, load_image_processor, resolve_dtype  # noqa: E402
 from streamcache_ros.engine.adapters.llava_onevision import LlavaOnevisionAdapter  # noqa: E402
@@ -366,7 +366,7 @@ def full_limit(make_adapter, args, lengths: list[int], device) -> tuple[int, str
     largest question, Session) and the memory at hand; returns (frames, why)."""
     adapter = make_adapter()
     geometry = adapter.geometry()
-    frame = clip.frame(0, *FRAME)
+    frame = world.world_frame(0, *FRAME)
     shape = chunk_shape(adapter, args.chunk_frames, adapter.preprocess([frame] * adapter.frames_per_unit))
     config = SessionConfig(chunk_frames=args.chunk_frames, max_question_tokens=args.max_question,
                            max_new_tokens=args.new_tokens)
@@ -390,7 +390,7 @@ def run_family(spec: Family, args, device, dtype) -> dict:
     started = time.perf_counter()
     make_adapter = build_adapter(spec, device, dtype, args.attention)
     adapter = make_adapter()
-    frames = [clip.frame(i, *FRAME) for i in range(args.encode_chunks * args.chunk_frames)]
+    frames = [world.world_frame(i, *FRAME) for i in range(args.encode_chunks * args.chunk_frames)]
     chunks = [frames[i:i + args.chunk_frames] for i in range(0, len(frames), args.chunk_frames)]
     encoded, encode = encode_once(adapter, chunks, device)
     lengths = sorted(set(args.lengths))

@@ -95,13 +95,13 @@ def real_token_adapters(real_token_models):
 
 @pytest.fixture(scope="session")
 def camera_frames():
-    """camera_frames(n, start=0) -> n clip frames at 640x480, made once."""
+    """camera_frames(n, start=0) -> n frames of the fixed world stream at 640x480, made once."""
     made: dict[int, np.ndarray] = {}
 
     def take(n, start=0):
         for i in range(start, start + n):
             if i not in made:
-                made[i] = clip.frame(i, *REAL_FRAME)
+                made[i] = world.world_frame(i, *REAL_FRAME)
         return [made[i] for i in range(start, start + n)]
     return take
 

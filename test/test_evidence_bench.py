@@ -4,7 +4,8 @@ from test_bench_smoke import load, run_script
 
 
 def test_evidence_layers_chooses_a_contiguous_range(tmp_path):
-    run_script("evidence_layers.py", "--streams", "1", "--frames", "24", "--size", "160x120", "--out", str(tmp_path))
+    run_script("evidence_layers.py", "--model", "tiny-qwen2_5_vl", "--streams", "1", "--frames", "24",
+               "--size", "160x120", "--out", str(tmp_path))
     data = load(tmp_path / "evidence_layers-tiny-qwen2_5_vl.json")
     assert data["questions"] == data["chosen"]["n"] > 0 and data["seeds"][0] == 100_000_000
     layers = data["chosen"]["layers"]

@@ -93,7 +93,7 @@ def build_policy(adapter: ModelAdapter, name: str, params: dict[str, Any],
         if scopes.get(err.name) == GENERAL or (scopes.get(err.name) == INHERITED and prefix + err.name not in params):
             raise ConfigError(err.name, str(err)[len(err.name) + 1:]) from None  # the general parameter
         raise ConfigError(name, str(err)) from None
-    unit = adapter.preprocess([np.zeros((*REFERENCE_FRAME, 3), np.uint8)] * adapter.frames_per_unit)
+    unit = reference_unit(adapter)
     if takes_budget(name):
         check_budget(adapter, settings.budget_tokens, unit.tokens_per_unit)
     inputs = {}
@@ -103,6 +103,11 @@ def build_policy(adapter: ModelAdapter, name: str, params: dict[str, Any],
     policy = cls(settings, **inputs)
     check_position_range(adapter, policy, config or session_config({**ENGINE_DEFAULTS, **params}), unit)
     return policy
+
+
+def reference_unit(adapter: ModelAdapter) -> VisionInputs:
+    """One stream unit of REFERENCE_FRAME-sized frames, preprocessed: what budgets are checked against."""
+    return adapter.preprocess([np.zeros((*REFERENCE_FRAME, 3), np.uint8)] * adapter.frames_per_unit)
 
 
 def check_budget(adapter: ModelAdapter, budget: int, per_unit: int) -> None:

@@ -16,7 +16,7 @@ from rcl_interfaces.msg import SetParametersResult
 
 from ..engine.cache import takes_budget
 from ..engine.errors import ChunkError, ConfigError
-from ..engine.factory import check_budget
+from ..engine.factory import check_budget, reference_unit
 from . import params
 
 # why a parameter is fixed once configured, by what is built from it
@@ -52,7 +52,8 @@ class RuntimeTuning:
                 return (f"budget_tokens {value} is above the budget configured ({configured}): a larger budget is "
                         f"checked against the model's position range at configure; {HOW}")
             try:
-                check_budget(self.session.adapter, int(value))
+                adapter = self.session.adapter
+                check_budget(adapter, int(value), reference_unit(adapter).tokens_per_unit)
             except ConfigError as err:
                 return str(err)
             return ""
