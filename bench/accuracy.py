@@ -265,7 +265,9 @@ def node_check(model: str, policy: str, streams: int, length: int, fraction: flo
     # one node, one configuration: the knobs of the first stream's frame size, frames of that size
     full_longest = g.prefix + math.ceil(max(LENGTHS) / g.frames_per_unit) * g.tokens_per_unit
     knobs = policy_knobs(policy, fraction * full_longest, g)
-    params = {"model_path": model, "policy": policy, "device": "cpu",
+    # every bag in the first stream's encoding; a JPEG stream is on <topic>/compressed (docs/world.md)
+    camera = "/camera/image_raw" + ("/compressed" if first.look.encoding == "jpeg" else "")
+    params = {"model_path": model, "policy": policy, "device": "cpu", "camera_topics": f"['{camera}']",
               **{(f"{policy}.{k}" if k != "budget_tokens" else k): v for k, v in knobs.items()}}
     domain = harness.new_domain()
     env = harness.child_env(domain)
@@ -279,7 +281,7 @@ def node_check(model: str, policy: str, streams: int, length: int, fraction: flo
     try:
         for k, seed in enumerate(seeds):
             look = world.Look(**{**world.make_stream(seed, 4).look.__dict__, "width": first.look.width,
-                                 "height": first.look.height})
+                                 "height": first.look.height, "encoding": first.look.encoding})
             bag = make_world_bag(work / f"bag{k}", seed, length, look=look, overwrite=True,
                                  start_ns=DEFAULT_START_NS + k * 100_000 * 1_000_000_000)
             client.reset()
