@@ -1,5 +1,5 @@
 """Image messages -> RGB frames: the five raw encodings, row padding, compressed images, and every
-rejection reason (docs/interfaces.md "Images": valid when step >= width*bpp and len(data) == step*height)."""
+rejection reason (docs/reliability.md "Bad images": valid when step >= width*bpp and len(data) == step*height)."""
 import io
 
 import numpy as np
