@@ -199,6 +199,22 @@ class Probe(OwnParticipant):
             if not self.cond.wait_for(predicate, timeout):
                 raise TimeoutError(f"hang guard: no {what} within {timeout} s")
 
+    def set_parameter(self, node: str, name: str, value):
+        """``ros2 param set <node> <name> <value>`` through the node's service: its SetParametersResult.
+        The reply is polled (no message of ours wakes ``cond`` for it)."""
+        from rcl_interfaces.srv import SetParameters  # noqa: PLC0415
+        from rclpy.parameter import Parameter  # noqa: PLC0415
+
+        service = self.node.create_client(SetParameters, f"{node}/set_parameters")
+        assert service.wait_for_service(timeout_sec=HANG_GUARD_S)
+        future = service.call_async(SetParameters.Request(parameters=[Parameter(name, value=value).to_parameter_msg()]))
+        deadline = time.monotonic() + HANG_GUARD_S  # a hang guard only
+        while not future.done():
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"hang guard: no set_parameters reply from {node} within {HANG_GUARD_S} s")
+            time.sleep(0.05)
+        return future.result().results[0]
+
 
 def stamp_ns(t) -> int:
     return t.sec * 1_000_000_000 + t.nanosec

@@ -71,6 +71,12 @@ def test_defaults_without_diagnostic_updater(node, client, domain):
         camera_values = {kv.key: kv.value for s in array.status if s.name.endswith("/camera/image_raw")
                          for kv in s.values}
         assert {"Actual frequency (Hz)", "Latest timestamp delay:", "Frames received"} <= set(camera_values)
+
+        # budget_tokens 0 stands for the model's 96: lower may be set while the node runs, higher not
+        assert probe.set_parameter("/streamcache_node", "budget_tokens", 48).successful
+        assert client.memory_status().budget_tokens == 48
+        refused = probe.set_parameter("/streamcache_node", "budget_tokens", 97)
+        assert not refused.successful and "above the budget configured (96)" in refused.reason
     finally:
         probe.close()
     assert node.stop() == 0

@@ -14,8 +14,6 @@ import time
 import numpy as np
 import pytest
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
-from rcl_interfaces.msg import Parameter, ParameterType, ParameterValue
-from rcl_interfaces.srv import SetParameters
 from rclpy.qos import QoSProfile, QoSReliabilityPolicy
 from rclpy.serialization import serialize_message
 from sensor_msgs.msg import CompressedImage, Image
@@ -267,13 +265,7 @@ def test_bad_questions_leave_the_snapshot_identical(client, domain, bags, probe,
 
 
 def set_parameter(probe, name, value):
-    service = probe.node.create_client(SetParameters, f"{NS}/streamcache_node/set_parameters")
-    assert service.wait_for_service(timeout_sec=HANG_GUARD_S)
-    request = SetParameters.Request(parameters=[Parameter(name=name, value=ParameterValue(
-        type=ParameterType.PARAMETER_BOOL, bool_value=value))])
-    future = service.call_async(request)
-    probe.wait_for(future.done, what="set_parameters")
-    assert future.result().results[0].successful
+    assert probe.set_parameter(f"{NS}/streamcache_node", name, value).successful
 
 
 def test_a_bag_looping_back_in_time(client, domain, bags, probe, node):

@@ -15,8 +15,6 @@ import subprocess
 
 import pytest
 from diagnostic_msgs.msg import DiagnosticArray
-from rcl_interfaces.srv import SetParameters
-from rclpy.parameter import Parameter
 from rclpy.qos import QoSProfile
 
 from node_procs import (HANG_GUARD_S, ROOT, Probe, Proc, child_env, client_of, new_domain, python_module,
@@ -143,11 +141,7 @@ def test_the_cli_prints_json_one_way_and_names_the_matched_option(client, domain
 
 
 def set_parameter(probe, name, value):
-    service = probe.node.create_client(SetParameters, f"{NS}/streamcache_node/set_parameters")
-    assert service.wait_for_service(timeout_sec=HANG_GUARD_S)
-    future = service.call_async(SetParameters.Request(parameters=[Parameter(name, value=value).to_parameter_msg()]))
-    probe.wait_for(future.done, what="set_parameters")
-    return future.result().results[0]
+    return probe.set_parameter(f"{NS}/streamcache_node", name, value)
 
 
 def test_parameters_changed_at_runtime(client, domain, bags, probe, per_unit, node):

@@ -235,12 +235,11 @@ def build_session(params: dict[str, Any]) -> Session:
                            vision_onnx_providers=p["vision_onnx_providers"])
     if not config.evidence_layers:
         config = dataclasses.replace(config, evidence_layers=model_evidence_layers(adapter))
-    if int(p["budget_tokens"]) == 0:
-        p["budget_tokens"] = model_budget_tokens(adapter)
+    p["budget_tokens"] = resolved_budget_tokens(int(p["budget_tokens"]), adapter)
     return Session(adapter, build_policy(adapter, str(p["policy"]), p, config), config)
 
 
-def model_budget_tokens(adapter: ModelAdapter) -> int:
-    """The budget a ``budget_tokens`` of 0 stands for: the model folder's own (the bundled world models
-    carry one that binds within the demo's stream), else FALLBACK_BUDGET_TOKENS."""
-    return int(getattr(adapter, "model_settings", {}).get("budget_tokens", 0)) or FALLBACK_BUDGET_TOKENS
+def resolved_budget_tokens(budget: int, adapter: ModelAdapter) -> int:
+    """The budget ``budget_tokens`` stands for: itself, or for 0 the model folder's own (the bundled
+    world models carry one that binds within the demo's stream), else FALLBACK_BUDGET_TOKENS."""
+    return budget or int(getattr(adapter, "model_settings", {}).get("budget_tokens", 0)) or FALLBACK_BUDGET_TOKENS

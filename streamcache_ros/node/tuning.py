@@ -16,7 +16,7 @@ from rcl_interfaces.msg import SetParametersResult
 
 from ..engine.cache import takes_budget
 from ..engine.errors import ChunkError, ConfigError
-from ..engine.factory import check_budget, reference_unit
+from ..engine.factory import check_budget, reference_unit, resolved_budget_tokens
 from . import params
 
 # why a parameter is fixed once configured, by what is built from it
@@ -43,8 +43,8 @@ class RuntimeTuning:
         if name not in specs or (specs[name].runtime and name != "budget_tokens"):
             return ""  # not ours (use_sim_time, qos_overrides.*), or free to change
         policy = self.info.policy
-        if name == "budget_tokens":
-            configured = int(self.values["budget_tokens"])
+        if name == "budget_tokens":  # configured 0: the model folder's budget, the one the policy took
+            configured = resolved_budget_tokens(int(self.values["budget_tokens"]), self.session.adapter)
             if not takes_budget(policy):
                 return (f"budget_tokens cannot change: policy {policy} keeps no token budget; "
                         f"to run another policy, {HOW}")
