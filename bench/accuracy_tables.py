@@ -4,7 +4,8 @@
 
 Compact (default): one row per policy, its share right on all option questions and on the
 long-memory subset at every length, and the KV bytes it held at the longest. ``--full``: a table per
-length, one row per question kind (the benchmark's own print-out, from the JSON).
+length, one row per question kind, as bench/accuracy.py prints them (from the JSON); a last_seen-only
+run's JSON gives its last_seen table.
 """
 from __future__ import annotations
 
@@ -13,29 +14,21 @@ import json
 import pathlib
 import sys
 
-
-def cell(c: dict | None) -> str:
-    if not c or not c.get("n"):
-        return ""
-    return f"{c['accuracy']:.2f} [{c['ci95'][0]:.2f}, {c['ci95'][1]:.2f}] n={c['n']}"
+from accuracy import print_last_seen, print_tables
 
 
-def short(c: dict | None) -> str:
-    return f"{c['accuracy']:.2f}" if c and c.get("n") else ""
-
-
-def config_of(summary: dict, length: int, policy: str) -> str | None:
-    """The configuration label a policy's cells carry at ``length`` (full: 'full')."""
-    for key in summary:
-        n, config, p, _ = key.split("|")
-        if int(n) == length and p == policy:
-            return config
-    return None
+def config_label(data: dict) -> str:
+    """The label the bounded policies' cells carry (bench/accuracy.py: '1/8' for --fraction 0.125)."""
+    return f"1/{round(1 / data['fraction'])}"
 
 
 def compact(data: dict) -> str:
     summary, lengths, policies = data["summary"], data["lengths"], data["policies"]
-    longest = max(lengths)
+    label, longest = config_label(data), max(lengths)
+
+    def cell(policy: str, n: int, kind: str) -> dict:
+        return summary.get(f"{n}|{'full' if policy == 'full' else label}|{policy}|{kind}") or {}
+
     head = ["policy", *[f"all, {n}" for n in lengths], *[f"long-memory, {n}" for n in lengths],
             f"KV bytes at {longest}"]
     lines = ["| " + " | ".join(head) + " |", "|---" * len(head) + "|"]
@@ -43,35 +36,11 @@ def compact(data: dict) -> str:
         row = [f"`{policy}`"]
         for kind in ("all", "long_memory"):
             for n in lengths:
-                row.append(short(summary.get(f"{n}|{config_of(summary, n, policy)}|{policy}|{kind}")))
-        c = summary.get(f"{longest}|{config_of(summary, longest, policy)}|{policy}|all") or {}
-        row.append(f"{c.get('kv_bytes', 0) / 1024:.0f} KiB" if c.get("kv_bytes") else "")
+                c = cell(policy, n, kind)
+                row.append(f"{c['accuracy']:.2f}" if c.get("n") else "")
+        kv_bytes = cell(policy, longest, "all").get("kv_bytes")
+        row.append(f"{kv_bytes / 1024:.0f} KiB" if kv_bytes else "")
         lines.append("| " + " | ".join(row) + " |")
-    return "\n".join(lines)
-
-
-def full(data: dict) -> str:
-    summary, lengths, policies = data["summary"], data["lengths"], data["policies"]
-    kinds = list(dict.fromkeys(key.split("|")[3] for key in summary))
-    out = []
-    for n in lengths:
-        head = ["kind", *policies]
-        lines = [f"**{n} frames**", "", "| " + " | ".join(head) + " |", "|---" * len(head) + "|"]
-        for kind in kinds:
-            lines.append("| " + " | ".join([kind, *[cell(summary.get(f"{n}|{config_of(summary, n, p)}|{p}|{kind}"))
-                                                    for p in policies]]) + " |")
-        out.append("\n".join(lines))
-    return "\n\n".join(out)
-
-
-def last_seen(data: dict) -> str:
-    """last_seen (evidence_stamps[0] within 2 s of the truth): a row per policy, a column per length."""
-    summary, lengths = data["last_seen"]["summary"], data["lengths"]
-    head = ["policy", *[f"{n} frames" for n in lengths]]
-    lines = ["| " + " | ".join(head) + " |", "|---" * len(head) + "|"]
-    for policy in data["policies"]:
-        lines.append("| " + " | ".join([f"`{policy}`", *[cell(summary.get(
-            f"{n}|{config_of(summary, n, policy)}|{policy}|last_seen")) for n in lengths]]) + " |")
     return "\n".join(lines)
 
 
@@ -84,9 +53,11 @@ def main() -> int:
     machine = data.get("machine", {})
     print(f"<!-- {args.json.name}: {machine.get('device')}, {machine.get('date')}, commit {machine.get('commit')} -->")
     if data.get("last_seen") and not data["summary"]:
-        print(last_seen(data))
+        print_last_seen(data["last_seen"]["summary"], data["lengths"], data["policies"], config_label(data))
+    elif args.full:
+        print_tables(data["summary"], data["lengths"], data["policies"], config_label(data))
     else:
-        print(full(data) if args.full else compact(data))
+        print(compact(data))
     return 0
 
 
