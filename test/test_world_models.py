@@ -57,10 +57,14 @@ def full_answers(model):
     return out
 
 
+def accuracy_of(given, truth) -> float:
+    return float(np.mean([a == t for a, t in zip(given, truth)]))
+
+
 def test_full_cache_accuracy_stays_above_the_floor(model, full_answers):
     truth = [q.answer_index for stream in streams() for q in questions(stream)]
     given = [a for per_stream in full_answers for a in per_stream]
-    accuracy = float(np.mean([a == t for a, t in zip(given, truth)]))
+    accuracy = accuracy_of(given, truth)
     assert len(truth) >= 40
     assert accuracy >= FLOOR, f"{model.model_id}: {accuracy:.3f} on {len(truth)} questions"
 
@@ -100,11 +104,12 @@ def test_same_answers_after_snapshot_and_restore(model, full_answers, tmp_path):
         assert answers(second, stream) == before
 
 
-def two_camera_answers(model):
+@pytest.fixture(scope="module")
+def beside(model):
     """Camera B's frames interleaved with camera A's, each question asked with its camera: per
     camera, the option indices given and the true ones."""
     given, truth = {"A": [], "B": []}, {"A": [], "B": []}
-    for stream, other in zip(streams(), streams(count=STREAMS)[::-1]):
+    for stream, other in zip(streams(), streams()[::-1]):
         session = full_session(model)
         for i in range(len(stream)):
             session.add_frame(stream.frame(i), stamp=stream.stamp(i), camera="A")
@@ -113,15 +118,6 @@ def two_camera_answers(model):
             given[camera] += answers(session, source, camera=camera)
             truth[camera] += [q.answer_index for q in questions(source)]
     return given, truth
-
-
-@pytest.fixture(scope="module")
-def beside(model):
-    return two_camera_answers(model)
-
-
-def accuracy_of(given, truth) -> float:
-    return float(np.mean([a == t for a, t in zip(given, truth)]))
 
 
 def test_answers_about_one_camera_come_from_that_camera(beside):
