@@ -257,7 +257,8 @@ class StreamCacheClient:
 
         self._types = {"Ask": Ask, "AskAction": AskAction, "ResetMemory": ResetMemory, "SaveMemory": SaveMemory,
                        "LoadMemory": LoadMemory, "MemoryStatus": MemoryStatus, "MemoryTimeline": MemoryTimeline}
-        self._participant = OwnParticipant(f"streamcache_client_{os.getpid()}_{next(_instances)}", domain_id)
+        self._participant = OwnParticipant(f"streamcache_client_{os.getpid()}_{next(_instances)}", domain_id,
+                                           start=False)  # the action client first (OwnParticipant.start)
         self.node = self._participant.node
         self._watch: MemoryStatusWatch | None = None
         self._watch_lock = threading.Lock()
@@ -271,6 +272,7 @@ class StreamCacheClient:
             self._load = self.node.create_client(LoadMemory, f"{ns}/load_memory")
             self._timeline = self.node.create_client(MemoryTimeline, f"{ns}/memory_timeline")
             self._action = ActionClient(self.node, AskAction, f"{ns}/ask_action")
+            self._participant.start()
             if not self._ask.wait_for_service(timeout_sec=timeout):
                 state = self._lifecycle_nodes(timeout=min(timeout, 5.0))
                 why = "; ".join(f"{name} is {label}: its services appear once it is configured (ros2 lifecycle set "
