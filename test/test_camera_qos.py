@@ -4,17 +4,21 @@ the log and the camera's diagnostics; a qos_overrides parameter wins; a 640x480 
 step from a reliable publisher reaches the end with no override set (it died at the first frame).
 
 Timeouts only guard against hangs: the test waits for what the node says."""
+import time
+
 import pytest
 from diagnostic_msgs.msg import DiagnosticArray
 from rclpy.qos import QoSProfile, QoSReliabilityPolicy
 from sensor_msgs.msg import Image
 
-from node_procs import Probe, Proc, child_env, client_of, new_domain, replay_lock_step, tiny_node
+from std_msgs.msg import Header
+
+from node_procs import Probe, Proc, child_env, client_of, new_domain, replay_lock_step, stamp_ns, tiny_node
 from streamcache_ros.node.cameras import match_reliability
 from streamcache_ros.tools import bagfile
 
 NS = "/sc_qos"
-CAM, BIG, PINNED = "/qos/cam", "/qos/big", "/qos/pinned"
+CAM, BIG, PINNED, STEADY = "/qos/cam", "/qos/big", "/qos/pinned", "/qos/steady"
 RELIABLE, BEST_EFFORT = QoSReliabilityPolicy.RELIABLE, QoSReliabilityPolicy.BEST_EFFORT
 
 
@@ -32,7 +36,7 @@ def domain():
 @pytest.fixture(scope="module")
 def node(domain):
     # no override for CAM and BIG: their QoS follows the publishers; PINNED is pinned best effort
-    command = tiny_node(NS, [CAM, BIG, PINNED], **{f"qos_overrides.{PINNED}.subscription.reliability": "best_effort"})
+    command = tiny_node(NS, [CAM, BIG, PINNED, STEADY], **{f"qos_overrides.{PINNED}.subscription.reliability": "best_effort"})
     with Proc(command, child_env(domain)) as proc:
         yield proc
 
@@ -79,6 +83,35 @@ def test_the_subscription_follows_its_publishers(probe, node):
     assert f"camera {CAM}: subscribed reliable: matched to 1 publisher(s), all reliable" in log
     assert f"camera {CAM}: subscribed best effort: 1 of 2 publisher(s) best effort" in log
     assert "incompatible QoS" not in log
+
+
+def test_no_frame_is_lost_while_the_subscription_changes(probe):
+    """A reliable camera sending steadily from the moment it is matched: the node moves from its
+    first best-effort subscription to a reliable one meanwhile, and every frame is acknowledged
+    once (taken or skipped by the sampler). The old subscription used to go before the new one had
+    matched, and the frames sent in between were lost."""
+    acks = probe.collect(Header, f"{NS}/frame_acks", QoSProfile(depth=1000, reliability=RELIABLE))
+    probe.wait_for(lambda: probe.node.count_subscribers(f"{NS}/frame_acks") >= 1 and
+                   probe.node.count_publishers(f"{NS}/frame_acks") >= 1, what="the ack topic")
+    wait_said(probe, STEADY, "best effort: no publisher yet")
+    camera = probe.node.create_publisher(Image, STEADY, QoSProfile(depth=100, reliability=RELIABLE))
+    probe.wait_for(lambda: camera.get_subscription_count() >= 1, what="the node's first subscription")
+    sent = []
+    frame = Image(height=48, width=64, encoding="rgb8", step=64 * 3, data=bytes(64 * 48 * 3))
+    reliable_since = None
+    while reliable_since is None or len(sent) < 400 and time.monotonic() < reliable_since + 1.5:
+        frame.header.stamp.sec, frame.header.stamp.nanosec = divmod(10**9 + len(sent) * 10_000_000, 10**9)
+        camera.publish(frame)
+        sent.append(stamp_ns(frame.header.stamp))
+        time.sleep(0.01)  # 100 frames/s of stamps, about as fast in wall time
+        if reliable_since is None and subscribed_with(probe, STEADY) == [RELIABLE]:
+            reliable_since = time.monotonic()  # the change happened while frames were flowing
+        assert len(sent) < 3000, "the node never moved to a reliable subscription"
+    probe.wait_for(lambda: len({stamp_ns(a.stamp) for a in acks if a.frame_id == STEADY}) >= len(sent),
+                   what="an ack for every frame sent")
+    stamps = [stamp_ns(a.stamp) for a in acks if a.frame_id == STEADY]
+    assert sorted(stamps) == sent  # every frame once, none twice
+    probe.node.destroy_publisher(camera)
 
 
 def test_qos_overrides_win(probe):

@@ -54,8 +54,8 @@ def test_defaults_without_diagnostic_updater(node, client, domain):
             msg.header.stamp.sec = 100 + i
             msg.data = rgb.tobytes()
             acked = lambda i=i: any(stamp_ns(a.stamp) == (100 + i) * S for a in acks)  # noqa: E731
-            for _ in range(30):  # as a camera would, again: the node re-subscribes once to match this
-                camera.publish(msg)  # reliable publisher (docs/interfaces.md), and a frame sent meanwhile is lost
+            for _ in range(30):  # as a camera would, again: this writer seeing the node's reader does not
+                camera.publish(msg)  # mean the reader has matched it yet (discovery is not symmetric)
                 try:
                     probe.wait_for(acked, timeout=2.0, what="an ack")
                     break

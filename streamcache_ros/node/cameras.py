@@ -4,7 +4,9 @@ camera's queue) and the ingest thread that takes frames from the queues into the
 QoS (docs/interfaces.md "QoS"): sensor-data depth and history, reliability matched to the topic's
 publishers as `ros2 bag record` does: reliable when every publisher is reliable, best effort
 otherwise (and while there is none yet). It is checked again every second as publishers come and
-go; a change resubscribes, and is logged and shown in the camera's diagnostics. A
+go; a change resubscribes, and is logged and shown in the camera's diagnostics. The old subscription
+stays until the new one has matched every publisher (a frame sent in between would otherwise be
+lost), and a frame both deliver is taken once. A
 ``qos_overrides.<topic>.subscription.reliability`` parameter wins over the match.
 
 Faults (docs/reliability.md): a bad image is rejected with its reason and counted; a chunk that
@@ -14,6 +16,7 @@ a camera sends can end the process.
 from __future__ import annotations
 
 import traceback
+from collections import deque
 
 from rclpy.event_handler import SubscriptionEventCallbacks
 from rclpy.qos import QoSPolicyKind, QoSProfile, QoSReliabilityPolicy, qos_profile_sensor_data
@@ -53,6 +56,11 @@ class CameraInput:
         self.counters = counters
         self.group = group
         self.subscription = None
+        # the subscription being replaced, kept until the new one has matched the publishers, and
+        # the stamps taken meanwhile (both deliver the frames sent in between)
+        self.retiring = None
+        self.retiring_checks = 0
+        self.overlap_stamps: deque[int] = deque(maxlen=256)
         self.reliability_overridden = False  # qos_overrides.<topic>.subscription.reliability given
         self.reliability: QoSReliabilityPolicy | None = None  # of the current subscription
         self.qos_text = "not subscribed"  # what the log and the diagnostics say about the QoS
@@ -116,24 +124,51 @@ class CameraIngest:
 
     def _match_camera_qos(self) -> None:
         """The QoS timer (every second while active): resubscribe a camera whose publishers now
-        call for the other reliability."""
+        call for the other reliability; retire the old subscription once the new one has matched."""
         for camera in list(self.cameras.values()):
             if camera.subscription is None or camera.reliability_overridden:
                 continue
             try:
+                self._retire_matched(camera)
                 reliability, text = self._publisher_reliability(camera)
             except Exception:  # noqa: BLE001 - the context is shutting down
                 return
             if reliability == camera.reliability:
                 camera.qos_text = text
                 continue
-            self.destroy_subscription(camera.subscription)
-            camera.subscription = None
+            if camera.retiring is not None:  # a change within a change: the older one goes now
+                self.destroy_subscription(camera.retiring)
+            camera.retiring, camera.retiring_checks = camera.subscription, 0
             camera.qos_changes += 1
             self._subscribe(camera)
 
+    # at most this many QoS checks (seconds) with two subscriptions: a publisher that never matches
+    # (gone meanwhile, or incompatible) must not keep the old one forever
+    RETIRE_AFTER_CHECKS = 5
+
+    def _retire_matched(self, camera: CameraInput) -> None:
+        if camera.retiring is None:
+            return
+        camera.retiring_checks += 1
+        publishers = len(self.get_publishers_info_by_topic(camera.topic))
+        if camera.subscription.get_publisher_count() >= publishers or camera.retiring_checks >= self.RETIRE_AFTER_CHECKS:
+            self.destroy_subscription(camera.retiring)
+            camera.retiring = None
+            camera.overlap_stamps.clear()
+
+    def _taken_twice(self, camera: CameraInput, stamp_ns: int) -> bool:
+        """While two subscriptions overlap, a frame both deliver is taken once."""
+        if camera.retiring is None:
+            return False
+        if stamp_ns in camera.overlap_stamps:
+            return True
+        camera.overlap_stamps.append(stamp_ns)
+        return False
+
     def _on_image(self, camera: CameraInput, msg) -> None:
         stamp_ns = stamp_to_ns(msg.header.stamp)
+        if self._taken_twice(camera, stamp_ns):
+            return
         camera.counters.arrived(stamp_ns)
         self.diagnostics.frame_arrived(camera.topic, stamp_ns, self.get_clock().now().nanoseconds)
         try:

@@ -218,9 +218,11 @@ class StreamCacheNode(CameraIngest, MemoryServices, RuntimeTuning, LifecycleNode
         self._stopping.set()  # a question in progress stops at its next token
         self.slots.close()
         for camera in self.cameras.values():
-            if camera.subscription is not None:
-                self.destroy_subscription(camera.subscription)
-                camera.subscription = None
+            for name in ("subscription", "retiring"):
+                if getattr(camera, name) is not None:
+                    self.destroy_subscription(getattr(camera, name))
+                    setattr(camera, name, None)
+            camera.overlap_stamps.clear()
         for name in ("_timer", "_qos_timer"):
             if getattr(self, name) is not None:
                 self.destroy_timer(getattr(self, name))
