@@ -198,6 +198,21 @@ def test_guidance_tokens_see_each_other_without_a_causal_mask():
     assert pooled.tolist() == pytest.approx([0.2, 0.2], abs=1e-6)
 
 
+def test_guidance_attention_in_blocks_of_rows_equals_the_whole_matrix(monkeypatch):
+    # 8 query heads on 2 kv heads, 5 guidance tokens, 40 cached keys (3 of them the prefix): the
+    # pooled attention of the whole softmax matrix, against the same taken 7 elements' worth of rows
+    # at a time (one row a block: 45 > 7) and 200 at a time (several rows a block, the last one short)
+    from streamcache_ros.engine.cache import hermes_rules
+
+    gen = torch.Generator().manual_seed(0)
+    q, guid, cache = (torch.randn(*shape, generator=gen) for shape in ((1, 8, 5, 4), (1, 2, 5, 4), (1, 2, 40, 4)))
+    stacked = torch.cat((cache, guid), dim=2).repeat_interleave(4, dim=1)
+    whole = torch.softmax(q @ stacked.transpose(-1, -2) / 2.0, dim=-1)[0].mean(0)[:, 3:40].mean(0)
+    for elements in (7, 200, 1 << 20):
+        monkeypatch.setattr(hermes_rules, "GUIDANCE_BLOCK_ELEMENTS", elements)
+        torch.testing.assert_close(guidance_attention(q, guid, cache, prefix_len=3), whole, atol=1e-7, rtol=1e-5)
+
+
 def test_guidance_attention_can_round_like_the_reference():
     q = torch.tensor([math.sqrt(2), 0.0]).expand(1, 1, 1, 2)
     pooled = guidance_attention(q, torch.zeros(1, 1, 1, 2), torch.zeros(1, 1, 3, 2), 1,

@@ -75,6 +75,12 @@ def guidance_prompts(history: Sequence, local_text: str = LOCAL_PROMPT,
 
 
 # -- §6 guidance attention -----------------------------------------------------------------------
+# Logit elements computed at once in a guidance pass: its extra memory is about three float32
+# temporaries of this size whatever the prompt and cache lengths, instead of heads x prompt x cache
+# (136 MiB at the Qwen2.5-VL-3B shape; docs/performance.md "Real widths").
+GUIDANCE_BLOCK_ELEMENTS = 1 << 20
+
+
 def guidance_attention(q: torch.Tensor, guidance_keys: torch.Tensor, cache_keys: torch.Tensor, prefix_len: int,
                        softmax_dtype: torch.dtype = torch.float32,
                        weights_dtype: torch.dtype = torch.float32) -> torch.Tensor:
@@ -85,17 +91,31 @@ def guidance_attention(q: torch.Tensor, guidance_keys: torch.Tensor, cache_keys:
     guidance tokens (D4), then: mean over query heads, drop the prefix and guidance-key columns, mean
     over guidance tokens. Logits are float32; ``softmax_dtype`` / ``weights_dtype`` let the caller
     round where the reference rounds (LLaVA: softmax fp32 then cast; Qwen: cast, then softmax).
+
+    Each row of W (one query head, one guidance token) is a softmax of its own, and the result is the
+    mean of all rows: in float32 the rows are taken a block at a time (``GUIDANCE_BLOCK_ELEMENTS``)
+    and summed. Rounded like the reference, the whole matrix is made as the reference makes it, so
+    that its two rounded means are the reference's.
     """
     batch, q_heads, q_len, head_dim = q.shape
     kv_heads, cached = cache_keys.shape[1], cache_keys.shape[2]
     # GQA as repeat_interleave: query head h reads kv head h // group, so the group's queries are
     # stacked per kv head and meet its keys in one matrix product (no copy of the cache)
     stacked = q.float().reshape(batch, kv_heads, (q_heads // kv_heads) * q_len, head_dim)
-    logits = torch.cat((stacked @ cache_keys.float().transpose(-1, -2),
-                        stacked @ guidance_keys.float().transpose(-1, -2)), dim=-1) / math.sqrt(head_dim)
-    weights = torch.softmax(logits.to(softmax_dtype), dim=-1).to(weights_dtype)
-    weights = weights.reshape(batch, q_heads, q_len, cached + q_len)
-    return weights[0].mean(dim=0)[:, prefix_len:cached].mean(dim=0)
+    cache_t, guidance_t = cache_keys.float().transpose(-1, -2), guidance_keys.float().transpose(-1, -2)
+
+    def weights_of(rows: torch.Tensor) -> torch.Tensor:
+        logits = torch.cat((rows @ cache_t, rows @ guidance_t), dim=-1).div_(math.sqrt(head_dim))
+        return torch.softmax(logits.to(softmax_dtype), dim=-1).to(weights_dtype)
+
+    if weights_dtype != torch.float32 or softmax_dtype != torch.float32:
+        weights = weights_of(stacked).reshape(batch, q_heads, q_len, cached + q_len)
+        return weights[0].mean(dim=0)[:, prefix_len:cached].mean(dim=0)
+    step = max(1, GUIDANCE_BLOCK_ELEMENTS // (kv_heads * (cached + q_len)))
+    total = torch.zeros(cached - prefix_len, dtype=torch.float32, device=q.device)
+    for start in range(0, stacked.shape[2], step):
+        total += weights_of(stacked[:, :, start:start + step])[..., prefix_len:cached].sum(dim=(0, 1, 2))
+    return total / (q_heads * q_len)
 
 
 # -- §7 raw scores -------------------------------------------------------------------------------
