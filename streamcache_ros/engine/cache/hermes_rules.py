@@ -114,8 +114,22 @@ def guidance_attention(q: torch.Tensor, guidance_keys: torch.Tensor, cache_keys:
     step = max(1, GUIDANCE_BLOCK_ELEMENTS // (kv_heads * (cached + q_len)))
     total = torch.zeros(cached - prefix_len, dtype=torch.float32, device=q.device)
     for start in range(0, stacked.shape[2], step):
-        total += weights_of(stacked[:, :, start:start + step])[..., prefix_len:cached].sum(dim=(0, 1, 2))
+        total += _row_softmax_column_sums(stacked[:, :, start:start + step], cache_t, guidance_t, prefix_len)
     return total / (q_heads * q_len)
+
+
+def _row_softmax_column_sums(rows: torch.Tensor, cache_t: torch.Tensor, guidance_t: torch.Tensor,
+                             prefix_len: int) -> torch.Tensor:
+    """Σ over ``rows`` of softmax(row · [K_cache; K_guid]ᵀ/√D), the candidate columns only. The softmax
+    is not materialised: exp(l − max) in place, then Σ_rows exp / Z as one product with 1/Z, so a
+    block costs its logits and nothing more (no concatenation, no normalised copy)."""
+    scale = math.sqrt(rows.shape[-1])
+    on_cache, on_guidance = (rows @ cache_t).div_(scale), (rows @ guidance_t).div_(scale)
+    top = torch.maximum(on_cache.amax(dim=-1, keepdim=True), on_guidance.amax(dim=-1, keepdim=True))
+    on_cache.sub_(top).exp_()
+    on_guidance.sub_(top).exp_()
+    inverse_z = 1.0 / (on_cache.sum(dim=-1) + on_guidance.sum(dim=-1))  # [1, Hkv, rows]
+    return (inverse_z.unsqueeze(-2) @ on_cache[..., prefix_len:]).sum(dim=(0, 1, 2))
 
 
 # -- §7 raw scores -------------------------------------------------------------------------------
