@@ -116,10 +116,12 @@ def measure(name: str, args, work: pathlib.Path) -> dict:
     finally:
         h.stop(node)
         monitor.close()
-    qos = next((line.split("subscribed ", 1)[1] for line in reversed((work / f"node-{name}.log").read_text().splitlines())
-                if f"camera {CAM}: subscribed " in line), "")
+    # every subscription the node made, in order: the first before the publisher came, the last after
+    # it left (both best effort), the one between is the QoS the frames travelled with
+    subscribed = [line.split("subscribed ", 1)[1].split(":")[0] for line in
+                  (work / f"node-{name}.log").read_text().splitlines() if f"camera {CAM}: subscribed " in line]
     return {"case": name, "publisher": "reliable" if reliable else "best effort",
-            "node QoS": qos.split(":")[0] if qos else "", "profile": profile, "published": args.frames,
+            "node QoS": " -> ".join(subscribed), "profile": profile, "published": args.frames,
             "received": got, "received %": round(100.0 * got / args.frames, 1)}
 
 
