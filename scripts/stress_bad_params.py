@@ -88,7 +88,10 @@ def main(argv=None) -> int:
         pool.shutdown(wait=True, cancel_futures=True)
     codes = collections.Counter(r["code"] for r in results)
     unclean = [r for r in results if not r["clean"]]
-    summary = {"runs": len(results), "asked": args.runs, "parallel": args.parallel, "cases": names, "root": str(args.root),
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=args.root, capture_output=True, text=True)
+    summary = {"date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "commit": commit.stdout.strip(),
+               "machine": f"{os.cpu_count()} CPU cores", "runs": len(results), "asked": args.runs,
+               "parallel": args.parallel, "cases": names, "root": str(args.root),
                "exit_codes": {str(k): v for k, v in sorted(codes.items())},
                "crashes": sum(v for k, v in codes.items() if k < 0), "not_clean": len(unclean),
                "wall_s": round(time.monotonic() - started, 1)}
