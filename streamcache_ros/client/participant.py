@@ -36,7 +36,7 @@ class OwnParticipant:
         finished (its lock comes last): made while the executor spins, a status message already
         waiting for it (the server's transient-local status) makes the executor take it from a
         half-built client. Entities made before ``start`` cannot meet that."""
-        if not self._thread.is_alive() and self._thread.ident is None:
+        if self._thread.ident is None:  # not started yet
             self._thread.start()
 
     def _spin(self) -> None:

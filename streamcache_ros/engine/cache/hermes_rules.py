@@ -103,13 +103,10 @@ def guidance_attention(q: torch.Tensor, guidance_keys: torch.Tensor, cache_keys:
     # stacked per kv head and meet its keys in one matrix product (no copy of the cache)
     stacked = q.float().reshape(batch, kv_heads, (q_heads // kv_heads) * q_len, head_dim)
     cache_t, guidance_t = cache_keys.float().transpose(-1, -2), guidance_keys.float().transpose(-1, -2)
-
-    def weights_of(rows: torch.Tensor) -> torch.Tensor:
-        logits = torch.cat((rows @ cache_t, rows @ guidance_t), dim=-1).div_(math.sqrt(head_dim))
-        return torch.softmax(logits.to(softmax_dtype), dim=-1).to(weights_dtype)
-
     if weights_dtype != torch.float32 or softmax_dtype != torch.float32:
-        weights = weights_of(stacked).reshape(batch, q_heads, q_len, cached + q_len)
+        logits = torch.cat((stacked @ cache_t, stacked @ guidance_t), dim=-1) / math.sqrt(head_dim)
+        weights = torch.softmax(logits.to(softmax_dtype), dim=-1).to(weights_dtype)
+        weights = weights.reshape(batch, q_heads, q_len, cached + q_len)
         return weights[0].mean(dim=0)[:, prefix_len:cached].mean(dim=0)
     step = max(1, GUIDANCE_BLOCK_ELEMENTS // (kv_heads * (cached + q_len)))
     total = torch.zeros(cached - prefix_len, dtype=torch.float32, device=q.device)
