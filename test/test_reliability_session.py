@@ -119,11 +119,11 @@ def test_a_fault_while_compressing_keeps_the_chunk_and_the_next_chunk_compresses
     assert "compressing failed (OutOfMemoryError" in str(errors[0]) and "frames are kept" in str(errors[0])
     # the bookkeeping matches what the cache holds: every unit in the cache is booked, and back
     held = set(session.policy.stats().units)
-    assert held == set(session.units) and max(session.units) == 5  # units 4, 5: the third chunk's
+    assert held == set(session.ledger.units) and max(session.ledger.units) == 5  # units 4, 5: the third chunk's
     assert session.status().chunks_failed == 1
     feed(session, frames(CHUNK, start=3 * CHUNK), 3.0 * CHUNK)
     stats = session.policy.stats()
-    assert set(stats.units) == set(session.units)
+    assert set(stats.units) == set(session.ledger.units)
     if policy in ("fifo", "hermes"):  # back within the budget (the system prompt on top)
         assert max(stats.layer_tokens) <= prefix + POLICIES[policy]["budget_tokens"]
     assert session.ask("what moved?", max_new_tokens=3).answer_tokens >= 1

@@ -30,8 +30,8 @@ def saved(qwen_adapter, tmp_path_factory):
 
 
 def memory(session):
-    return (session.policy.state_dict(), dict(session.units), list(session.history), list(session.cameras),
-            session._next_unit, session._next_chunk)
+    return (session.policy.state_dict(), dict(session.ledger.units), list(session.history), list(session.ledger.cameras),
+            session.ledger.next_unit, session.ledger.next_chunk)
 
 
 def mutations(data: bytes):

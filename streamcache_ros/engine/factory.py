@@ -22,7 +22,8 @@ from .cache.sap import HEAD_MAP_FILE, HeadMap
 from .cache.settings import GENERAL, GENERAL_NAMES, INHERITED
 from .errors import ConfigError
 from .models import DEFAULT_MODEL
-from .session import Session, SessionConfig
+from .config import SessionConfig
+from .session import Session
 
 ENGINE_DEFAULTS: dict[str, Any] = {
     "model_path": DEFAULT_MODEL,

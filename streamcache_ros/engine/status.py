@@ -12,14 +12,6 @@ import torch
 from .cache import CacheStats, ChunkOutcome
 
 
-@dataclass
-class UnitInfo:
-    stamps: tuple[float, ...]
-    camera: str
-    chunk: int
-    tokens: int = 0  # the unit's tokens when it arrived, per layer (H2SVC: per KV head); 0: a snapshot from before this was kept
-
-
 @dataclass(frozen=True)
 class MemoryCounts:
     """What a set of frames (every camera's, or one camera's) holds now. Definitions
