@@ -149,6 +149,11 @@ class ModelAdapter(abc.ABC):
         """RGB uint8 frames [H, W, 3] (one camera, in time order) -> encoder inputs."""
 
     @abc.abstractmethod
+    def batch_vision_inputs(self, inputs: list[VisionInputs]) -> dict[str, torch.Tensor]:
+        """Several chunks' tensors as one input of the vision tower, whose output is their tokens
+        one chunk after another (training on single frames batches them this way)."""
+
+    @abc.abstractmethod
     def chunk_rel_positions(self, inputs: VisionInputs) -> torch.Tensor:
         """[axes, N] positions of the chunk's visual tokens relative to the chunk start."""
 
