@@ -5,6 +5,8 @@ from dataclasses import dataclass
 
 from .errors import ConfigError
 
+OPTIONS_MODES = ("scored", "generated")
+
 
 @dataclass
 class SessionConfig:
@@ -25,6 +27,13 @@ class SessionConfig:
     # middle half of the layers, ``default_evidence_layers``)
     evidence_k: int = 3
     evidence_layers: tuple[int, ...] = ()
+    # How a question with options is answered (docs/interfaces.md "Options"): "scored", the option
+    # the model finds most likely (always an option, with probabilities); "generated", free
+    # generation matched to an option afterwards (the HERMES reference's way)
+    options_mode: str = "scored"
+    # Questions asked together in one forward pass (the when search, standing questions): more is
+    # faster and takes more memory for the pass
+    rows_per_pass: int = 64
 
     def largest_question(self, max_position_embeddings: int) -> int:
         """Positions the largest question and its answer take: max_question_tokens + max_new_tokens,
@@ -40,6 +49,10 @@ class SessionConfig:
         if int(self.evidence_k) < 0:
             raise ConfigError("evidence_k", f"must be >= 0, got {self.evidence_k}")
         self.evidence_layers = tuple(int(layer) for layer in self.evidence_layers)
+        if self.options_mode not in OPTIONS_MODES:
+            raise ConfigError("options_mode", f"must be one of {', '.join(OPTIONS_MODES)}, got '{self.options_mode}'")
+        if int(self.rows_per_pass) < 1:
+            raise ConfigError("rows_per_pass", f"must be >= 1, got {self.rows_per_pass}")
 
 
 def default_evidence_layers(num_layers: int) -> tuple[int, ...]:

@@ -20,26 +20,25 @@ from dataclasses import asdict
 from typing import Callable
 
 import numpy as np
-import torch
 
-from . import checks, failpoints
+from . import checks
+from . import when as when_search
 from .adapters import ModelAdapter, match_option
 from .cache import PREFIX_UNIT, SUMMARY_UNIT, CachePolicy
 from .cache.evidence import OFFSET, AttentionMass, retention
 from .cache.positions import PositionRangeError
 from .config import SessionConfig, default_evidence_layers
-from .decoding import greedy_decode
-from .errors import AnswerError, ChunkError, ConfigError, QuestionError, SnapshotError, describe_failure, release_device_memory
+from .errors import ChunkError, ConfigError, QuestionError, SnapshotError
 from .ingest import ChunkPipeline
 from .layout import ChunkQueue
 from .ledger import Selection, UnitLedger, Window
+from .answering import YES_NO, QuestionRunner
 from .snapshot_io import read_snapshot, write_snapshot
 from .status import (Answer, ChunkReport, DeviceMemory, EngineInfo, EvidenceFrame, Exchange, MemoryCounts,
-                     MemoryTimeline, SessionStatus)
+                     MemoryTimeline, SessionStatus, WatchAnswer, WhenAnswer)
 from .turns import TurnLock
 
 __all__ = ["Session", "SessionConfig"]
-
 
 class Session:
     """One visual memory over one model; thread-safe (one lock around the model and the cache)."""
@@ -55,7 +54,7 @@ class Session:
         # model + cache: one forward pass at a time; a waiting chunk goes before waiting questions
         self._cache_lock = TurnLock()
         self._pending_lock = threading.Lock()  # frames waiting for their chunk: cheap to take
-        self.question_attempts = 0  # every accepted question that reached the model
+        self.answering = QuestionRunner(adapter, policy, self.config)
         # the most questions that ended while a due chunk waited for the model (1: the one in progress)
         self.most_questions_a_chunk_waited_for = 0
         layers = policy.geometry.num_layers
@@ -144,20 +143,23 @@ class Session:
             seen = self._select(camera, window, len(ids), budget)
             probe = AttentionMass(self.evidence_layers, self.policy.geometry.num_layers, self.ledger.next_unit,
                                   self.policy.geometry.device) if evidence_k else None
-            decoded = self._decode(ids, budget, started, seen, probe, on_text, should_stop)
+            if options and self.config.options_mode == "scored":
+                reply = self.answering.score(ids, options, seen, probe, on_text, started)
+            else:
+                reply = self.answering.decode(ids, budget, started, seen, probe, on_text, should_stop)
             evidence, summary_share = self.rank_evidence(probe, seen.units, window, evidence_k) if probe else ([], 0.0)
             self.last_attention_mass = probe
-            text = self.adapter.decode(decoded.tokens)
-            self.history.append(Exchange(question, text, options))
+            self.history.append(Exchange(question, reply.text, options))
             del self.history[:-self.config.history_size]
             self.questions_answered += 1
-            self.last_ttft_ms = decoded.ttft_ms
+            self.last_ttft_ms = reply.ttft_ms
             held = self._counts(seen.units, window=window)
-        return Answer(text=text.strip(), option_index=match_option(text, options), answer_tokens=len(decoded.tokens),
-                      ttft_ms=decoded.ttft_ms, total_ms=(time.perf_counter() - started) * 1e3,
-                      frames_in_memory=held.frames, oldest_stamp=held.oldest_stamp, newest_stamp=held.newest_stamp,
-                      kv_tokens=held.kv_tokens, cancelled=decoded.cancelled, evidence=evidence,
-                      evidence_summary_share=summary_share)
+        index = reply.option_index if reply.option_index is not None else match_option(reply.text, options)
+        return Answer(text=reply.text.strip(), option_index=index, answer_tokens=reply.tokens, ttft_ms=reply.ttft_ms,
+                      total_ms=(time.perf_counter() - started) * 1e3, frames_in_memory=held.frames,
+                      oldest_stamp=held.oldest_stamp, newest_stamp=held.newest_stamp, kv_tokens=held.kv_tokens,
+                      cancelled=reply.cancelled, evidence=evidence, evidence_summary_share=summary_share,
+                      option_probabilities=reply.probabilities)
 
     def _question_ids(self, question: str, options: list[str], camera: str, answer_tokens: int) -> list[int]:
         """The question's token ids with its prompt; QuestionError for anything that cannot be asked
@@ -188,25 +190,37 @@ class Session:
                                 f"do not fit in the positions left: {err}") from None
         return seen
 
-    def _decode(self, ids: list[int], budget: int, started: float, seen: Selection, probe: AttentionMass | None,
-                on_text, should_stop):
-        """The question prefilled and its answer decoded over the cache, ``probe`` (evidence) lent to
-        the policy meanwhile; the question's tokens are removed again, whatever happens."""
-        policy = self.policy
-        mark = policy.mark()
-        self.question_attempts += 1
-        hook = failpoints.layer_hook("question", question=self.question_attempts, layers=policy.geometry.num_layers)
-        key_filter = None if seen.key_filter is None else torch.tensor(seen.key_filter, dtype=torch.long)
-        try:
-            policy.probe = probe
-            return greedy_decode(self.adapter, policy, ids, budget, started, key_filter, on_text, should_stop,
-                                 self.config.repetition_penalty, hook)
-        except Exception as err:
-            release_device_memory(err)
-            raise AnswerError(f"answering failed: {describe_failure(err)}; the memory is unchanged") from err
-        finally:
-            policy.probe = None
-            policy.truncate(mark)
+    # -- when and standing questions ---------------------------------------------------------------
+    def when(self, question: str, mode: str = "last", camera: str = "", since: float | None = None,
+             until: float | None = None) -> WhenAnswer:
+        """The last or first stamp at which the yes/no ``question`` holds, or its timeline, searched
+        over time windows of the memory (when.py; docs/interfaces.md "When")."""
+        started = time.perf_counter()
+        mode = mode or "last"
+        if mode not in when_search.MODES:
+            raise QuestionError(f"unknown mode '{mode}' (one of: {', '.join(when_search.MODES)})")
+        ids = self._question_ids(question, list(YES_NO), camera, 1)
+        window = checks.checked_window(since, until)
+        with self._cache_lock.question():
+            seen = self._select(camera, window or Window(), len(ids), 1)
+            units = sorted(seen.units, key=lambda u: (min(self.ledger.units[u].stamps), u))
+            found = when_search.search(mode, len(units), lambda windows: self.answering.yes([ids] * len(windows), [
+                [units[i] for i in w] for w in windows]), when_search.SearchSettings(self.config.rows_per_pass))
+            self.questions_answered += 1
+        return when_search.answer(found, mode, [self.ledger.units[u] for u in units], window or Window(),
+                                  (time.perf_counter() - started) * 1e3)
+
+    def watch(self, questions: list[str], chunk: ChunkReport) -> list[WatchAnswer]:
+        """Standing yes/no ``questions`` asked over the window of the chunk just encoded, in one pass;
+        empty when the chunk's frames are no longer in memory."""
+        prompts = [self._question_ids(q, list(YES_NO), "", 1) for q in questions]
+        with self._cache_lock.question():
+            units = [u for u, info in self.ledger.units.items() if info.chunk == chunk.chunk_id]
+            if not prompts or not units:
+                return []
+            p_yes = self.answering.yes(prompts, [units] * len(prompts))
+        stamp = max(self.ledger.stamps(units), default=0.0)
+        return [WatchAnswer(q, chunk.camera, stamp, p) for q, p in zip(questions, p_yes)]
 
     # -- time -------------------------------------------------------------------------------------
     def window_units(self, since: float | None = None, until: float | None = None, camera: str = "") -> list[int]:

@@ -80,6 +80,39 @@ class Answer:
     evidence: list[EvidenceFrame] = field(default_factory=list)  # strongest first, at most evidence_k
     # the summary tokens' share of the attention mass on frames and summary tokens (HERMES; 0 otherwise)
     evidence_summary_share: float = 0.0
+    # options scored by their likelihood (options_mode "scored"): one probability per option; empty otherwise
+    option_probabilities: list[float] = field(default_factory=list)
+
+
+@dataclass
+class WhenAnswer:
+    """The when search's answer (docs/interfaces.md "When"): the stamp where the answer is yes last
+    or first, its window's P(yes), the timeline (one P(yes) per frame stamp, oldest first), and what
+    the search cost."""
+
+    found: bool
+    stamp: float
+    camera: str
+    yes_probability: float
+    timeline_stamps: list[float]
+    timeline_yes_probability: list[float]
+    questions_asked: int
+    total_ms: float
+    frames_searched: int
+
+
+@dataclass(frozen=True)
+class WatchAnswer:
+    """A standing question's answer over one chunk's window."""
+
+    question: str
+    camera: str
+    stamp: float  # the window's last frame stamp
+    yes_probability: float
+
+    @property
+    def answer(self) -> str:
+        return "yes" if self.yes_probability >= 0.5 else "no"
 
 
 @dataclass

@@ -192,6 +192,12 @@ class ModelAdapter(abc.ABC):
         """A trained answer: its words, then the end-of-turn token that stops decoding."""
         return self.tokenizer(answer, add_special_tokens=False).input_ids + [self.tokenizer.eos_token_id]
 
+    def option_ids(self, options: list[str], index: int) -> list[int]:
+        """What the model says to choose ``options[index]`` after the question's prompt: the
+        option's words (``words`` layout) or its letter (``letter``, the reference's layout)."""
+        said = options[index] if self.options_prompt == "words" else OPTION_LETTERS[index]
+        return self.tokenizer(said, add_special_tokens=False).input_ids
+
     def decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=True)
 

@@ -27,6 +27,7 @@ from .base import (CacheGeometry, CachePolicy, CacheStats, ChunkContext, ChunkOu
                    UnitTokens)
 from .positions import ReindexSettings, renumber
 from .rope import apply_rotary
+from .rows import QueryRows, combine
 from .sap import BANK_NAMES, DEFAULT_RATIOS, EPISODIC, HeadMap, check_ratios
 from .settings import SettingError, setting
 from .stce import TrajectoryBank
@@ -145,10 +146,16 @@ class H2svcPolicy(CachePolicy):
         q = apply_rotary(q, cos.repeat_interleave(group_size, 0)[None], sin.repeat_interleave(group_size, 0)[None])
         video = new.units[new.units >= 0]
         first_unit = int(video.min()) if video.numel() else None
+        rows = key_filter if isinstance(key_filter, QueryRows) else None
         out = torch.empty_like(q)
         for group in self.groups[layer]:
-            visible = self._visible(layer, group, first_unit, key_filter)
+            visible = self._visible(layer, group, first_unit, None if rows else key_filter)
             group_q = q[:, group.query_heads]
+            if rows is not None:  # several questions at once: one mask per query (rows.py)
+                mask = combine(rows.mask(group.store), visible)
+                out[:, group.query_heads] = cached_attention(group_q, group.store.keys, group.store.values,
+                                                             query_mask=mask)
+                continue
             if self.probe is not None:
                 self.probe.observe(layer, group.store, group_q, visible)
             out[:, group.query_heads] = self._group_attention(group_q, group.store, visible)

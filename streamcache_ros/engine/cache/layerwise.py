@@ -12,6 +12,7 @@ from .attention import cached_attention
 from .base import CachePolicy, CacheStats, ChunkContext, ChunkOutcome, ChunkShape, NewTokens, UnitTokens
 from .positions import MROPE_MODES, ReindexSettings, renumber
 from .rope import apply_rotary
+from .rows import QueryRows
 from .settings import GENERAL, setting
 from .store import KVStore
 from .units import PREFIX_UNIT, SUMMARY_UNIT
@@ -48,8 +49,10 @@ class LayerwisePolicy(CachePolicy):
     def attend(self, layer, q, k, v, new, key_filter=None):
         cos, sin = self._store(layer, k, v, new)
         store = self.layers[layer]
-        key_mask = None if key_filter is None else store.visible(key_filter)
         q = apply_rotary(q, cos, sin)
+        if isinstance(key_filter, QueryRows):
+            return cached_attention(q, store.keys, store.values, query_mask=key_filter.mask(store))
+        key_mask = None if key_filter is None else store.visible(key_filter)
         if self.probe is not None:
             self.probe.observe(layer, store, q, key_mask)
         return cached_attention(q, store.keys, store.values, key_mask, self.geometry.attention_backend)
