@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from rcl_interfaces.msg import SetParametersResult
 
-from ..engine.cache import takes_budget
 from ..engine.errors import ChunkError, ConfigError
 from ..engine.factory import check_budget, reference_unit, resolved_budget_tokens
+from ..engine.parameters import RUNTIME, takes_budget
 from . import params
 
 # why a parameter is fixed once configured, by what is built from it
@@ -76,7 +76,7 @@ class RuntimeTuning:
         names = {p.name: p.value for p in changed}
         session = self.session
         if session is not None:
-            tuned = {name: names[name] for name in params.RUNTIME if name in names}
+            tuned = {name: names[name] for name in RUNTIME if name in names}
             if tuned:
                 self._tune(session, tuned)
         if self.diagnostics is not None and {"camera_min_rate", "max_frame_delay", "sample_fps"} & set(names):
