@@ -199,21 +199,36 @@ class Probe(OwnParticipant):
             if not self.cond.wait_for(predicate, timeout):
                 raise TimeoutError(f"hang guard: no {what} within {timeout} s")
 
+    def call(self, srv_type, name: str, request):
+        """The reply of service ``name`` to ``request``, polled (no message of ours wakes ``cond`` for it)."""
+        service = self.node.create_client(srv_type, name)
+        try:
+            assert service.wait_for_service(timeout_sec=HANG_GUARD_S), f"hang guard: no service {name}"
+            future = service.call_async(request)
+            deadline = time.monotonic() + HANG_GUARD_S  # a hang guard only
+            while not future.done():
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"hang guard: no reply from {name} within {HANG_GUARD_S} s")
+                time.sleep(0.05)
+            return future.result()
+        finally:
+            self.in_spin_thread(self.node.destroy_client, service)
+
     def set_parameter(self, node: str, name: str, value):
-        """``ros2 param set <node> <name> <value>`` through the node's service: its SetParametersResult.
-        The reply is polled (no message of ours wakes ``cond`` for it)."""
+        """``ros2 param set <node> <name> <value>`` through the node's service: its SetParametersResult."""
         from rcl_interfaces.srv import SetParameters  # noqa: PLC0415
         from rclpy.parameter import Parameter  # noqa: PLC0415
 
-        service = self.node.create_client(SetParameters, f"{node}/set_parameters")
-        assert service.wait_for_service(timeout_sec=HANG_GUARD_S)
-        future = service.call_async(SetParameters.Request(parameters=[Parameter(name, value=value).to_parameter_msg()]))
-        deadline = time.monotonic() + HANG_GUARD_S  # a hang guard only
-        while not future.done():
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"hang guard: no set_parameters reply from {node} within {HANG_GUARD_S} s")
-            time.sleep(0.05)
-        return future.result().results[0]
+        request = SetParameters.Request(parameters=[Parameter(name, value=value).to_parameter_msg()])
+        return self.call(SetParameters, f"{node}/set_parameters", request).results[0]
+
+    def get_parameter(self, node: str, name: str):
+        """``ros2 param get <node> <name>`` through the node's service: the value."""
+        from rcl_interfaces.srv import GetParameters  # noqa: PLC0415
+        from rclpy.parameter import parameter_value_to_python  # noqa: PLC0415
+
+        reply = self.call(GetParameters, f"{node}/get_parameters", GetParameters.Request(names=[name]))
+        return parameter_value_to_python(reply.values[0])
 
 
 def stamp_ns(t) -> int:

@@ -92,6 +92,19 @@ def test_memory_levels():
     assert level == WARN and "CUDA memory nearly full" in message and values["GPU reserved (MiB)"] == "95.0"
 
 
+def test_a_budget_lowered_at_runtime_is_pending_until_the_next_chunk():
+    """budget_tokens lowered while the node runs: the memory comes to it at the next chunk's
+    compression; until then the memory status says so (OK), not "over budget" (WARN) for as long as
+    the camera is idle. Over budget after a chunk is still WARN (a compression fault)."""
+    lowered = memory(budget_tokens=48)  # the layers hold 96 video tokens
+    level, message, values = run(make(lowered, budget_pending=True).memory)
+    assert (level, message) == (OK, "budget changed to 48 video tokens per layer: pending, the next chunk brings "
+                                     "the memory to it (a layer holds 96 now)")
+    assert values["Budget (video tokens per layer)"] == "48"
+    level, message, _ = run(make(lowered).memory)
+    assert level == WARN and message.startswith("over budget")
+
+
 def test_latency_levels():
     before_any = make(memory())
     assert run(before_any.latency)[:2] == (OK, "no chunk encoded yet")

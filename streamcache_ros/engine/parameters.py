@@ -53,7 +53,8 @@ DESCRIPTIONS = {
     "policy": "KV cache policy: one of " + "|".join(POLICY_NAMES),
     "budget_tokens": f"Video tokens kept per layer, on top of the system prompt, by the policies that keep a budget "
                      f"({', '.join(budget_policies())}); must hold one {_W}x{_H} frame; 0 = the model folder's own "
-                     f"(streamcache.json), else {FALLBACK_BUDGET_TOKENS}",
+                     f"(streamcache.json), else {FALLBACK_BUDGET_TOKENS}. While the node is configured it shows the "
+                     "budget in force (0 set at runtime: the model's own again)",
     "sample_fps": "Frames per second taken into memory from each camera, by message stamp",
     "chunk_frames": "Frames per camera encoded and prefilled together",
     "device": "cpu | cuda | cuda:N | auto",

@@ -92,8 +92,7 @@ class StreamCacheNode(CameraIngest, MemoryServices, RuntimeTuning, StatusReports
         self._question_group = MutuallyExclusiveCallbackGroup()
         self._action_group = ReentrantCallbackGroup()
         self._timer_group = MutuallyExclusiveCallbackGroup()
-        self.add_on_set_parameters_callback(self._check_parameter_changes)
-        self.add_post_set_parameters_callback(self._on_parameters_set)
+        self._watch_parameters()  # tuning.py
 
     # -- lifecycle ------------------------------------------------------------------------------
     def on_configure(self, state: LifecycleState) -> TransitionCallbackReturn:
@@ -122,7 +121,9 @@ class StreamCacheNode(CameraIngest, MemoryServices, RuntimeTuning, StatusReports
         faults = failpoints.arm_from_environment()  # before the model loads: a typo fails fast
         self.values = values
         topics = {name: self.resolve_topic_name(name) for name in values["camera_topics"]}
-        self.session = build_session({**params.engine_params(values), "camera_topics": list(topics.values())})
+        session = build_session({**params.engine_params(values), "camera_topics": list(topics.values())})
+        self._show_budget_in_force(session)
+        self.session = session
         self.info = self.session.info()
         if faults is not None:
             self.get_logger().warning(f"{failpoints.ENV}={faults}: TEST faults are being injected")
@@ -251,6 +252,7 @@ class StreamCacheNode(CameraIngest, MemoryServices, RuntimeTuning, StatusReports
         self.cameras = {}
         self.session = None
         self.info = None
+        self._show_budget_given()
 
     def stop(self) -> None:
         """Called on SIGINT / shutdown from main: stop questions and the ingest thread, then write the

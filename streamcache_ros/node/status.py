@@ -15,14 +15,18 @@ from .diagnostics import EngineView
 
 class StatusReports:
     """Mixed into the node (node.py), which owns ``session``, ``_status`` (and its lock), ``cameras``,
-    ``slots``, ``snapshots``."""
+    ``slots``, ``snapshots``; the budget's pending state is tuning.py's."""
 
-    def _refresh_status(self) -> None:
+    def _refresh_status(self, budget_changed: bool = False) -> None:
+        """Take the session's status; ``budget_changed``: a budget was just set at runtime, pending
+        from this status's last chunk on (set with the status, so no diagnostic sees one without the other)."""
         session = self.session
         if session is not None:
             status = session.status()
             with self._status_lock:
                 self._status = status
+                if budget_changed:
+                    self._budget_changed, self._chunk_before_budget = True, status.last_chunk
 
     def memory_status(self) -> MemoryStatus:
         """The MemoryStatus message: the engine's status plus the live frame counters."""
@@ -39,14 +43,15 @@ class StatusReports:
     def engine_view(self) -> EngineView:
         """What the memory and latency diagnostics read."""
         with self._status_lock:
-            status = self._status
-        status = status or SessionStatus()
+            status = self._status or SessionStatus()
+            budget_pending = self.budget_pending(status)
         span = self.info.chunk_frames / self.sample_fps if self.info is not None else 0.0
         return EngineView(status=status, active=self._active, chunk_span_s=span, cameras=max(1, len(self.cameras)),
                           ingest_fps=sum(c.counters.snapshot().ingest_rate for c in list(self.cameras.values())),
                           chunk_error=self._ingest_error or status.last_chunk_error,
                           snapshot=self.snapshots.summary(),
-                          snapshot_error=self.snapshots.detail if self.snapshots.state == "refused" else "")
+                          snapshot_error=self.snapshots.detail if self.snapshots.state == "refused" else "",
+                          budget_pending=budget_pending)
 
     def publish_memory_status(self) -> None:
         if self._active:
