@@ -10,7 +10,6 @@ import atexit
 import contextlib
 import os
 import pathlib
-import random
 import shutil
 import signal
 import subprocess
@@ -22,6 +21,8 @@ import time
 import pytest
 
 from streamcache_ros.client.participant import OwnParticipant
+from streamcache_ros.tools import processes
+from streamcache_ros.tools.processes import descendants, new_domain  # noqa: F401 - the tests import them from here
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 os.environ["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "LOCALHOST"  # this process's own contexts too
@@ -34,19 +35,9 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
-def new_domain() -> int:
-    """A ROS domain for one test module: random, so parallel runs on one machine do not meet; within
-    ``STREAMCACHE_TEST_DOMAINS`` (e.g. ``60-69``) where other ROS processes use the other domains."""
-    low, _, high = os.environ.get("STREAMCACHE_TEST_DOMAINS", "10-230").partition("-")
-    return random.SystemRandom().randint(int(low), int(high or low))
-
-
 def child_env(domain: int, extra_pythonpath: str | None = None) -> dict:
-    env = dict(os.environ)
-    paths = [p for p in (extra_pythonpath, str(ROOT), env.get("PYTHONPATH")) if p]
-    env.update(PYTHONPATH=os.pathsep.join(paths), ROS_DOMAIN_ID=str(domain), ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST",
-               HF_HUB_OFFLINE="1", TRANSFORMERS_VERBOSITY="error", PYTHONUNBUFFERED="1")
-    return env
+    """The environment of a child on ``domain`` that runs this checkout (``extra_pythonpath`` first)."""
+    return processes.child_env(domain, (extra_pythonpath, str(ROOT)))
 
 
 # every child's log in one folder, removed when the test session ends
@@ -83,14 +74,7 @@ class Proc:
 
     def stop(self, timeout: float = 30.0) -> int:
         """SIGINT (a clean shutdown); SIGKILL to the whole group only when that hangs."""
-        if self.alive():
-            self.popen.send_signal(signal.SIGINT)
-            try:
-                self.popen.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.popen.pid, signal.SIGKILL)
-                self.popen.wait()
-        return self.popen.returncode
+        return processes.stop(self.popen, timeout)
 
     def kill_group(self) -> None:
         try:
@@ -235,37 +219,9 @@ def stamp_ns(t) -> int:
     return t.sec * 1_000_000_000 + t.nanosec
 
 
-def descendants(pid: int) -> set[int]:
-    """Every living process below ``pid`` (Linux /proc)."""
-    parents = {}
-    for entry in pathlib.Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
-    found, frontier = set(), {pid}
-    while frontier:
-        frontier = {child for child, parent in parents.items() if parent in frontier} - found
-        found |= frontier
-    return found
-
-
-def alive(pid: int) -> bool:
-    try:
-        state = pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
-
-
 def wait_gone(pids) -> list[int]:
     """The pids still alive after the hang guard (empty when every one ended)."""
-    deadline = time.monotonic() + HANG_GUARD_S
-    while any(alive(pid) for pid in pids) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    return [pid for pid in pids if alive(pid)]
+    return processes.wait_gone(pids, HANG_GUARD_S)
 
 
 def stop_and_check_all_gone(proc: Proc, to_group: bool = False) -> None:
