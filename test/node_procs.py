@@ -19,6 +19,7 @@ import threading
 import time
 
 import pytest
+from rclpy.qos import QoSProfile, QoSReliabilityPolicy
 
 from streamcache_ros.client.participant import OwnParticipant
 from streamcache_ros.tools import processes
@@ -27,6 +28,8 @@ from streamcache_ros.tools.processes import descendants, new_domain  # noqa: F40
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 os.environ["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "LOCALHOST"  # this process's own contexts too
 HANG_GUARD_S = 180  # timeouts only guard against hangs: nothing asserts on time
+# what a probe collects a node's frame_acks and memory_status with: bursts of a fast replay fit
+RELIABLE = QoSProfile(depth=1000, reliability=QoSReliabilityPolicy.RELIABLE)
 
 # A shell's background job starts with SIGINT ignored, and SIG_IGN is inherited across exec: every
 # child would then ignore the SIGINT a test stops it with. A handled signal resets to the default

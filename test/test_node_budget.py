@@ -11,12 +11,11 @@ its streamcache.json) for budget_tokens 0, the default:
 Expected figures by hand: the world model takes 6 tokens for a unit of two frames at any frame size;
 bags of frames 0.5 s apart sampled at 1 fps, chunks of 4 frames. Timeouts only guard hangs."""
 import pytest
-from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
+from diagnostic_msgs.msg import DiagnosticStatus
 from lifecycle_msgs.msg import Transition
 from lifecycle_msgs.srv import ChangeState
-from rclpy.qos import QoSProfile
 
-from node_procs import Probe, Proc, child_env, client_of, new_domain, replay_lock_step, tiny_node
+from node_procs import Proc, child_env, replay_lock_step, tiny_node
 from streamcache_ros.tools import bagfile
 
 NS = "/sc_budget"
@@ -24,11 +23,6 @@ NODE = f"{NS}/streamcache_node"
 CAM = "/budget/cam"
 MODEL, MODEL_BUDGET, UNIT_TOKENS = "world-qwen2_5_vl", 96, 6
 S = 1_000_000_000
-
-
-@pytest.fixture(scope="module")
-def domain():
-    return new_domain()
 
 
 @pytest.fixture(scope="module")
@@ -43,20 +37,6 @@ def bags(tmp_path_factory):
 def node(domain):
     with Proc(tiny_node(NS, [CAM], model_path=MODEL), child_env(domain)) as proc:  # budget_tokens 0: the default
         yield proc
-
-
-@pytest.fixture(scope="module")
-def client(node, domain):
-    with client_of(node, domain, NS) as c:
-        yield c
-
-
-@pytest.fixture(scope="module")
-def probe(domain, client):
-    p = Probe(domain)
-    p.diagnostics = p.collect(DiagnosticArray, "/diagnostics", QoSProfile(depth=100))
-    yield p
-    p.close()
 
 
 def memory_diagnostic(probe, budget: int):

@@ -14,11 +14,8 @@ import os
 import subprocess
 
 import pytest
-from diagnostic_msgs.msg import DiagnosticArray
-from rclpy.qos import QoSProfile
 
-from node_procs import (HANG_GUARD_S, ROOT, Probe, Proc, child_env, client_of, new_domain, python_module,
-                        replay_lock_step, stamp_ns, tiny_node)
+from node_procs import HANG_GUARD_S, ROOT, Proc, child_env, python_module, replay_lock_step, stamp_ns, tiny_node
 from streamcache_ros import world
 from streamcache_ros.tools import bagfile
 
@@ -27,11 +24,6 @@ WRITTEN, RESOLVED = "cam/image_raw", "/sc_robot/cam/image_raw"
 START = bagfile.DEFAULT_START_NS
 S = 1_000_000_000
 UNITS = 8
-
-
-@pytest.fixture(scope="module")
-def domain():
-    return new_domain()
 
 
 @pytest.fixture(scope="module")
@@ -59,20 +51,6 @@ def node(domain, per_unit, snapshots):
     command = tiny_node(NS, [WRITTEN], budget_tokens=UNITS * per_unit, max_question_tokens=64, snapshot_dir=snapshots)
     with Proc(command, child_env(domain)) as proc:
         yield proc
-
-
-@pytest.fixture(scope="module")
-def client(node, domain):
-    with client_of(node, domain, NS) as c:
-        yield c
-
-
-@pytest.fixture(scope="module")
-def probe(domain, client):
-    p = Probe(domain)
-    p.diagnostics = p.collect(DiagnosticArray, "/diagnostics", QoSProfile(depth=100))
-    yield p
-    p.close()
 
 
 def test_one_resolved_camera_name_everywhere(client, domain, bags, probe, node):
