@@ -1,4 +1,4 @@
-"""Camera QoS matched to the publishers (issue 18, item 1; docs/interfaces.md, "QoS"): reliable when
+"""Camera QoS matched to the publishers (docs/interfaces.md, "QoS"): reliable when
 every publisher is reliable, best effort otherwise, checked again as publishers come and go, said in
 the log and the camera's diagnostics; a qos_overrides parameter wins; a 640x480 bag replayed in lock
 step from a reliable publisher reaches the end with no override set (it died at the first frame).

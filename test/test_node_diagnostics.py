@@ -121,7 +121,7 @@ def test_latency_levels():
 
 
 def test_the_latency_budget_is_shared_by_every_camera():
-    """Issue 18 item 2: with two cameras each fills a chunk in the chunk's stream time, so the
+    """With two cameras each fills a chunk in the chunk's stream time, so the
     encoder has half of it per chunk. 222 ms for a chunk of 267 ms of stream was OK with 46 % of the
     sampled frames dropped."""
     chunk = memory(chunks_encoded=3, encode_ms=200.0, prefill_ms=20.0, compress_ms=2.0)

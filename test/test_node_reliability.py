@@ -1,4 +1,4 @@
-"""streamcache_node under bad input and faults (issue 7), a real process with the tiny model: the
+"""streamcache_node under bad input and faults (docs/reliability.md), a real process with the tiny model: the
 model raising and running out of CUDA memory mid-chunk and mid-question (STREAMCACHE_TEST_FAULTS),
 bad images (an 8K frame, depth images, invalid UTF-8, corrupt compressed data) and bad questions
 (a raw client sending bytes that are not UTF-8) leave the memory untouched and the node alive, a bag

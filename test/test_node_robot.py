@@ -1,11 +1,13 @@
-"""streamcache_node as a robot integrator meets it (issue 18), a real process with the tiny model in
-namespace /sc_robot, its camera given by a relative name:
+"""streamcache_node as a robot integrator meets it, a real process with the tiny model in namespace
+/sc_robot, its camera given by a relative name:
 
-- one resolved camera name everywhere: the log, the diagnostics, MemoryStatus, errors (item 7);
-- a refused question reports what the memory holds (item 6);
-- save_memory / load_memory confined to snapshot_dir; a damaged file is refused, the memory kept (item 9);
-- streamcache-ask: JSON printed one way, the matched option shown (item 8);
-- parameters changed at runtime, or refused saying why and how (item 4).
+- one resolved camera name everywhere: the log, the diagnostics, MemoryStatus, errors;
+- a refused question reports what the memory holds (docs/interfaces.md, "What the numbers mean");
+- save_memory / load_memory confined to snapshot_dir; a damaged file is refused, the memory kept
+  (docs/reliability.md, "Memory across restarts");
+- streamcache-ask: JSON printed one way, the matched option shown;
+- parameters changed at runtime, or refused saying why and how (docs/interfaces.md, "Changing
+  parameters at runtime").
 
 Expected figures by hand: stamps 0.5 s apart sampled at 1 fps (the first frame of each second),
 chunks of 4 frames, a FIFO budget of 8 units of two frames (16 frames). Timeouts only guard hangs."""
