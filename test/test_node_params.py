@@ -2,6 +2,7 @@
 from their settings dataclasses), bad values turned into a ConfigError naming the parameter, policy
 parameters inheriting the general ones, old names declared and still working."""
 import ast
+import importlib.util
 import inspect
 import pathlib
 import re
@@ -189,3 +190,23 @@ def test_the_runtime_parameters_are_what_session_tune_takes():
     assert sorted(RUNTIME) == sorted(taken)
     for name in RUNTIME:
         assert params.all_specs()[name].runtime, name
+
+
+def check_docs():
+    spec = importlib.util.spec_from_file_location("check_docs", pathlib.Path(__file__).parents[1] / "scripts" /
+                                                  "check_docs.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_docs_parameter_tables_are_the_declarations():
+    """docs/interfaces.md's parameter tables are made from the declarations (scripts/check_docs.py
+    --write), and check_docs fails where they differ: here a stale default and a missing policy."""
+    docs = check_docs()
+    text = docs.INTERFACES.read_text(encoding="utf-8")
+    assert docs.parameter_problems(text) == []
+    assert "| `model_path` | string | `'world-qwen2_5_vl'` |" in text and "uniform" in text
+    stale = text.replace("| `budget_tokens` | int ≥ 0 | `0` |", "| `budget_tokens` | int ≥ 0 | `6000` |")
+    assert stale != text and "budget_tokens" in docs.parameter_problems(stale)[0]
+    assert docs.parameter_problems(text.replace("fifo\\|full\\|h2svc\\|hermes\\|uniform", "fifo\\|full\\|h2svc\\|hermes"))

@@ -1,10 +1,11 @@
 """The node's ROS parameters: declared with descriptors (type, range, description), read, validated.
 
-Names are those of docs/interfaces.md. The node's own parameters are here; the engine's, and every
-registered policy's settings as "<policy>.<setting>" (``hermes.reindex``, ``h2svc.w_s``) with their
-old names, come from ``engine.parameters``, so a YAML for any policy works as soon as the policy is
-registered. A bad value becomes a ConfigError naming the parameter (the node then exits with code 2
-and that one line).
+Names are those of docs/interfaces.md, whose parameter tables are made from these declarations
+(scripts/check_docs.py --write; the check fails where they differ). The node's own parameters are
+here; the engine's, and every registered policy's settings as "<policy>.<setting>"
+(``hermes.reindex``, ``h2svc.w_s``) with their old names, come from ``engine.parameters``, so a YAML
+for any policy works as soon as the policy is registered. A bad value becomes a ConfigError naming
+the parameter (the node then exits with code 2 and that one line).
 """
 from __future__ import annotations
 
@@ -51,6 +52,7 @@ NODE_SPECS: dict[str, Spec] = {
 }
 # defaults that depend on the machine, as the docs show them
 SHOWN_DEFAULTS = {"snapshot_dir": "<ROS home>/streamcache/snapshots"}
+RUNTIME_CONSTRAINT = "may change while the node runs"  # a runtime parameter's descriptor says so
 
 
 def all_specs() -> dict[str, Spec]:
@@ -58,7 +60,7 @@ def all_specs() -> dict[str, Spec]:
     return {**NODE_SPECS, **engine_parameters(), **setting_parameters()}
 
 
-def _plain(value: Any) -> Any:
+def plain(value: Any) -> Any:
     """A default as rclpy declares it: tuples become lists, a list of mixed numbers all floats."""
     if isinstance(value, tuple):
         value = list(value)
@@ -72,9 +74,9 @@ def descriptor(name: str, spec: Spec) -> ParameterDescriptor:
     # never read_only: rclpy would refuse a change with no reason, and a lifecycle reconfigure could not
     # change it either; tuning.py refuses what cannot change while configured, saying why and how
     d = ParameterDescriptor(name=name, description=spec.description, additional_constraints=(
-        "may change while the node runs" if spec.runtime else
+        RUNTIME_CONSTRAINT if spec.runtime else
         "fixed while the node is configured: change it with a lifecycle reconfigure or a restart"))
-    value = _plain(spec.default)
+    value = plain(spec.default)
     if value is None or value == []:
         d.dynamic_typing = True  # no type to infer from
     low, high = value_range(spec)
@@ -111,7 +113,7 @@ def declare_all(node) -> dict[str, Any]:
     """Declare every parameter on ``node``; returns their values. Raises ConfigError."""
     values = {}
     for name, spec in all_specs().items():  # general parameters first: policy ones may inherit them
-        default = values[spec.inherits] if spec.inherits else _plain(spec.default)
+        default = values[spec.inherits] if spec.inherits else plain(spec.default)
         try:
             param = node.declare_parameter(name, default, descriptor(name, spec))
         except (ParameterException, TypeError, ValueError) as err:
