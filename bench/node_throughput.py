@@ -11,12 +11,13 @@ replays the bag alone; phase 2 replays a second bag (the next frames of the fixe
 docs/world.md, with later stamps) while the client asks one question after another. Frames per second are counted from the node's frame
 acknowledgements (first to last).
 
-Frames kept during answers (issue 18, item 11): a live 10 fps camera (a bag replayed at its own rate,
-not in lock step) sampled at ``sample_fps`` 2 while a client asks ``--answer-tokens`` (64) token
-questions back to back. A frame sampled while the ingest thread waits for an answer waits in its
-camera's queue and is encoded after it; the node counts those (``frames_waited``) and the frames it
-had to drop. Run with ``frame_queue_size`` 1 (one slot per camera: the node before the queue) and 16
-(the default). Prints tables; writes bench/results/node_throughput.json.
+Frames kept during answers (docs/performance.md, "Frames kept during answers"): a live 10 fps camera
+(a bag replayed at its own rate, not in lock step) sampled at ``sample_fps`` 2 while a client asks
+``--answer-tokens`` (64) token questions back to back. A frame sampled while the ingest thread waits
+for an answer waits in its camera's queue and is encoded after it; the node counts those
+(``frames_waited``) and the frames it had to drop. Run with ``frame_queue_size`` 1 (one slot per
+camera: the node before the queue) and 16 (the default). Prints tables; writes
+bench/results/node_throughput.json.
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Numbers with one meaning (issue 18, item 6; docs/interfaces.md, "What the numbers mean"):
+"""Numbers with one meaning (docs/interfaces.md, "What the numbers mean"):
 
 - ``frames_in_memory`` counts the frames of which some layer (H2SVC: some KV head) still holds at
   least half the tokens. HERMES under a tiny budget keeps a token or two of very many frames in some

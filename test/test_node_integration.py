@@ -13,16 +13,14 @@ import time
 
 import numpy as np
 import pytest
-from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
+from diagnostic_msgs.msg import DiagnosticStatus
 from lifecycle_msgs.msg import Transition
 from lifecycle_msgs.srv import ChangeState
 from rclpy.qos import QoSProfile, QoSReliabilityPolicy
 from sensor_msgs.msg import Image
-from std_msgs.msg import Header
-from streamcache_ros_interfaces.msg import MemoryStatus
 
-from node_procs import (HANG_GUARD_S, ROOT, Probe, Proc, child_env, client_of, new_domain, python_module,
-                        replay_lock_step, stamp_ns, tiny_node)
+from node_procs import (HANG_GUARD_S, ROOT, Proc, child_env, client_of, python_module, replay_lock_step, stamp_ns,
+                        tiny_node)
 from streamcache_ros import world
 from streamcache_ros.tools import bagfile
 
@@ -32,16 +30,10 @@ START = bagfile.DEFAULT_START_NS
 S = 1_000_000_000
 SMALL_FRAME = (96, 128)  # height, width: the smallest 4:3 frame the shape world draws (docs/world.md)
 KEPT_UNITS = 8  # budget_tokens = 8 units x tokens per unit: the newest 16 frames
-RELIABLE = QoSProfile(depth=1000, reliability=QoSReliabilityPolicy.RELIABLE)
 
 
 def near(t, expected_ns):
     return abs(stamp_ns(t) - expected_ns) <= 1000  # float seconds inside the engine: sub-microsecond
-
-
-@pytest.fixture(scope="module")
-def domain():
-    return new_domain()
 
 
 @pytest.fixture(scope="module")
@@ -72,22 +64,6 @@ def node(domain, geometry, snapshots):
                         snapshot_dir=snapshots)
     with Proc(command, child_env(domain)) as proc:
         yield proc
-
-
-@pytest.fixture(scope="module")
-def client(node, domain):
-    with client_of(node, domain, NS) as c:
-        yield c
-
-
-@pytest.fixture(scope="module")
-def probe(domain, client):
-    p = Probe(domain)
-    p.acks = p.collect(Header, f"{NS}/frame_acks", RELIABLE)
-    p.statuses = p.collect(MemoryStatus, f"{NS}/memory_status", RELIABLE)
-    p.diagnostics = p.collect(DiagnosticArray, "/diagnostics", QoSProfile(depth=100))
-    yield p
-    p.close()
 
 
 def replay(domain, bag, *args):

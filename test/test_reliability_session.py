@@ -1,6 +1,6 @@
-"""Reliability of the engine's Session (issue 7): faults mid-chunk and mid-question (errors and
-CUDA out of memory) leave a consistent cache, bad questions leave it byte-identical, questions give
-way to a waiting chunk, the question history stays bounded.
+"""Reliability of the engine's Session (docs/reliability.md, "Faults survived"): faults mid-chunk
+and mid-question (errors and CUDA out of memory) leave a consistent cache, bad questions leave it
+byte-identical, questions give way to a waiting chunk, the question history stays bounded.
 
 "As if the chunk never came" is checked against a second session fed the same frames without the
 failed chunk: every tensor and counter of the two caches must be equal (CPU, deterministic)."""

@@ -1,6 +1,6 @@
 """A snapshot file that is truncated, corrupted, of another format version or no snapshot at all is
-refused, and the memory stays as it was (issue 18, item 9; docs/reliability.md, "Memory across
-restarts"). The file is fuzzed: cut at many lengths, bytes flipped all over it, header fields changed."""
+refused, and the memory stays as it was (docs/reliability.md, "Memory across restarts"). The file is
+fuzzed: cut at many lengths, bytes flipped all over it, header fields changed."""
 import random
 
 import pytest

@@ -9,7 +9,9 @@
   when every frame since the last update was rejected).
 - "memory": KV tokens and bytes held vs the budget, per-layer (and per-bank) summary, CUDA memory.
   ERROR when chunks fail again and again (the memory is not updating: answers come from stale
-  frames) or the memory reached the model's position range (the full cache takes no more frames); WARN when a layer holds more video tokens than the budget, or CUDA memory is nearly full.
+  frames) or the memory reached the model's position range (the full cache takes no more frames); WARN when
+  a layer holds more video tokens than the budget (a budget lowered at runtime is OK, said to be
+  pending, until the next chunk's compression), or CUDA memory is nearly full.
 - "latency": encode / prefill / compress ms of the last chunk and the last TTFT. WARN when a chunk
   takes longer than the encoder's time for it: the stream time one chunk covers (chunk_frames /
   sample_fps) shared by every camera, since each camera fills its own chunks in that time (the
@@ -55,6 +57,7 @@ class EngineView:
     chunk_error: str = ""  # the last chunk failure
     snapshot: str = ""  # the memory snapshot's state ("" = not shown)
     snapshot_error: str = ""  # a snapshot refused at start
+    budget_pending: bool = False  # a budget set at runtime that the next chunk's compression brings the memory to
 
 
 def _fmt_ms(value: float) -> str:
@@ -207,6 +210,9 @@ class EngineTasks:
                                 f"{m.newest_stamp:.3f}")
         elif v.snapshot_error:
             stat.summary(WARN, v.snapshot_error)
+        elif cache.budget_tokens and video_max > cache.budget_tokens and v.budget_pending:
+            stat.summary(OK, f"budget changed to {cache.budget_tokens} video tokens per layer: pending, the next "
+                             f"chunk brings the memory to it (a layer holds {video_max} now)")
         elif cache.budget_tokens and video_max > cache.budget_tokens:
             stat.summary(WARN, f"over budget: a layer holds {video_max} video tokens, budget {cache.budget_tokens}")
         elif device.total_bytes and device.reserved_bytes > GPU_NEARLY_FULL * device.total_bytes:
