@@ -16,7 +16,7 @@ from .cache import POLICIES, SettingInfo, policy_settings
 from .cache import takes_budget as _takes_budget
 from .cache.settings import INHERITED
 from .factory import ENGINE_DEFAULTS, FALLBACK_BUDGET_TOKENS, REFERENCE_FRAME, family_aliases
-from .session import SessionConfig
+from .config import SessionConfig
 
 
 @dataclass(frozen=True)
@@ -74,11 +74,16 @@ DESCRIPTIONS = {
                   "mass is computed",
     "evidence_layers": "Layers whose attention defines evidence; [] = the model folder's evidence_layers.json, "
                        "else the middle half of the layers",
+    "options_mode": "How a question with options is answered: scored (the option the model finds most likely, "
+                    "with option_probabilities; always an option) | generated (free generation matched to an "
+                    "option, the HERMES reference's way)",
+    "rows_per_pass": "Questions asked together in one forward pass (the when search's windows, standing "
+                     "questions): more is faster and takes more memory for the pass",
 }
 RANGES = {
     "budget_tokens": (0, None), "sample_fps": (0.001, 1000.0), "chunk_frames": (1, 4096),
     "max_question_tokens": (1, None), "max_new_tokens": (1, None), "repetition_penalty": (0.0, 100.0),
-    "reindex_margin": (0, None), "evidence_k": (0, 4096),
+    "reindex_margin": (0, None), "evidence_k": (0, 4096), "rows_per_pass": (1, 4096),
 }
 
 

@@ -35,7 +35,7 @@ from .ledger import Selection, UnitLedger, Window
 from .answering import YES_NO, QuestionRunner
 from .snapshot_io import read_snapshot, write_snapshot
 from .status import (Answer, ChunkReport, DeviceMemory, EngineInfo, EvidenceFrame, Exchange, MemoryCounts,
-                     MemoryTimeline, SessionStatus, WatchAnswer, WhenAnswer)
+                     MemoryTimeline, SessionStatus, WatchAnswer, WhenAnswer, process_rss_bytes)
 from .turns import TurnLock
 
 __all__ = ["Session", "SessionConfig"]
@@ -274,7 +274,7 @@ class Session:
                 questions_answered=self.questions_answered, pending_frames=self.pending_frames(),
                 last_ttft_ms=self.last_ttft_ms, cameras=list(self.ledger.cameras),
                 most_questions_a_chunk_waited_for=self.most_questions_a_chunk_waited_for,
-                camera_memory=self.ledger.camera_counts(held, stats.kv_tokens))
+                camera_memory=self.ledger.camera_counts(held, stats.kv_tokens), process_rss_bytes=process_rss_bytes())
 
     # -- runtime tuning -------------------------------------------------------------------------
     def tune(self, max_new_tokens: int | None = None, sample_fps: float | None = None,

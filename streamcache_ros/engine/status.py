@@ -4,6 +4,7 @@ The node turns these into ROS messages and diagnostics; it reads nothing else of
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -156,6 +157,21 @@ class DeviceMemory:
                    torch.cuda.max_memory_allocated(device), torch.cuda.get_device_properties(device).total_memory)
 
 
+def process_rss_bytes() -> int:
+    """This process's resident memory in bytes (Linux: /proc/self/statm; elsewhere the peak from
+    getrusage, the best the standard library offers; 0 when neither is readable)."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        try:
+            import resource  # noqa: PLC0415
+
+            return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
+        except (ImportError, OSError):
+            return 0
+
+
 @dataclass(frozen=True)
 class EngineInfo:
     """What a session runs: the same for its whole life."""
@@ -193,6 +209,7 @@ class SessionStatus:
     cameras: list[str] = field(default_factory=list)
     most_questions_a_chunk_waited_for: int = 0
     camera_memory: dict[str, MemoryCounts] = field(default_factory=dict)  # per camera, as frames_in_memory
+    process_rss_bytes: int = 0  # the process's resident host memory (what an edge board runs out of first)
 
     @property
     def memory(self) -> MemoryCounts:

@@ -12,8 +12,9 @@
   frames) or the memory reached the model's position range (the full cache takes no more frames); WARN when
   a layer holds more video tokens than the budget (a budget lowered at runtime is OK, said to be
   pending, until the next chunk's compression), or CUDA memory is nearly full.
-- "latency": encode / prefill / compress ms of the last chunk and the last TTFT. WARN when a chunk
-  takes longer than the encoder's time for it: the stream time one chunk covers (chunk_frames /
+- "latency": encode / prefill / compress ms of the last chunk, the standing questions' time on it,
+  and the last TTFT. WARN when a chunk (its standing questions included) takes longer than the
+  encoder's time for it: the stream time one chunk covers (chunk_frames /
   sample_fps) shared by every camera, since each camera fills its own chunks in that time (the
   encoder falls behind); ERROR when a chunk failed since the last update.
 
@@ -58,6 +59,8 @@ class EngineView:
     snapshot: str = ""  # the memory snapshot's state ("" = not shown)
     snapshot_error: str = ""  # a snapshot refused at start
     budget_pending: bool = False  # a budget set at runtime that the next chunk's compression brings the memory to
+    watch_ms: float = 0.0  # the standing questions' time on the last chunk
+    watch_questions: int = 0  # standing questions asked per chunk
 
 
 def _fmt_ms(value: float) -> str:
@@ -232,6 +235,7 @@ class EngineTasks:
         stat.add("Budget (video tokens per layer)", str(cache.budget_tokens) if cache.budget_tokens else "none")
         stat.add("System prompt tokens per layer", str(m.prefix_tokens))
         stat.add("Chunks failed in a row", str(m.chunks_failed_in_a_row))
+        stat.add("Process RSS (MiB)", f"{m.process_rss_bytes / MIB:.1f}")
         if v.snapshot:
             stat.add("Memory snapshot", v.snapshot)
         if layers:
@@ -252,7 +256,7 @@ class EngineTasks:
         failed = m.chunks_failed - self._chunks_failed
         self._chunks_failed = m.chunks_failed
         encode, prefill, compress = (chunk.encode_ms, chunk.prefill_ms, chunk.compress_ms) if chunk else (0.0,) * 3
-        chunk_ms = encode + prefill + compress
+        chunk_ms = encode + prefill + compress + (v.watch_ms if chunk else 0.0)
         span_ms = v.chunk_span_s * 1e3
         budget_ms = span_ms / v.cameras  # every camera fills a chunk in span_ms
         per = f" of stream ({v.cameras} cameras: {budget_ms:.0f} ms each)" if v.cameras > 1 else " of stream"
@@ -268,6 +272,8 @@ class EngineTasks:
         stat.add("Encode (ms, last chunk)", _fmt_ms(encode))
         stat.add("Prefill (ms, last chunk)", _fmt_ms(prefill))
         stat.add("Compress (ms, last chunk)", _fmt_ms(compress))
+        stat.add("Standing questions (ms, last chunk)", _fmt_ms(v.watch_ms))
+        stat.add("Standing questions", str(v.watch_questions))
         stat.add("Stream time per chunk (ms)", _fmt_ms(span_ms))
         stat.add("Cameras", str(v.cameras))
         stat.add("Encoder time per chunk, all cameras (ms)", _fmt_ms(budget_ms))

@@ -34,8 +34,8 @@ from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackRet
 from rclpy.qos import QoSDurabilityPolicy, QoSHistoryPolicy, QoSProfile, QoSReliabilityPolicy
 from std_msgs.msg import Header
 from streamcache_ros_interfaces.action import Ask as AskAction
-from streamcache_ros_interfaces.msg import MemoryStatus
-from streamcache_ros_interfaces.srv import Ask, LoadMemory, MemoryTimeline, ResetMemory, SaveMemory
+from streamcache_ros_interfaces.msg import MemoryStatus, WatchEvent
+from streamcache_ros_interfaces.srv import Ask, LoadMemory, MemoryTimeline, ResetMemory, SaveMemory, When
 
 from ..engine import failpoints
 from ..engine.errors import AnswerError, ChunkError, ConfigError, ModelLoadError, StreamCacheError
@@ -49,6 +49,7 @@ from .image_conversion import ImageConverter
 from .sampler import CameraCounters, FrameQueues
 from .snapshots import SnapshotKeeper, check_path, snapshot_dir
 from .status import StatusReports
+from .time_questions import EVENT_QOS, TimeQuestions
 from .tuning import RuntimeTuning
 
 NODE_NAME = "streamcache_node"
@@ -61,7 +62,7 @@ ACK_QOS = QoSProfile(history=QoSHistoryPolicy.KEEP_LAST, depth=1000, reliability
                      durability=QoSDurabilityPolicy.VOLATILE)
 
 
-class StreamCacheNode(CameraIngest, MemoryServices, RuntimeTuning, StatusReports, LifecycleNode):
+class StreamCacheNode(CameraIngest, MemoryServices, TimeQuestions, RuntimeTuning, StatusReports, LifecycleNode):
     def __init__(self, node_name: str = NODE_NAME, **kwargs):
         super().__init__(node_name, **kwargs)
         self.values = params.declare_all(self)  # ConfigError: a wrong type or a value out of range
@@ -92,6 +93,7 @@ class StreamCacheNode(CameraIngest, MemoryServices, RuntimeTuning, StatusReports
         self._question_group = MutuallyExclusiveCallbackGroup()
         self._action_group = ReentrantCallbackGroup()
         self._timer_group = MutuallyExclusiveCallbackGroup()
+        self._init_time_questions()  # time_questions.py
         self._watch_parameters()  # tuning.py
 
     # -- lifecycle ------------------------------------------------------------------------------
@@ -134,6 +136,7 @@ class StreamCacheNode(CameraIngest, MemoryServices, RuntimeTuning, StatusReports
             log = self.get_logger().error if self.snapshots.state == "refused" else self.get_logger().info
             log(restored)
         self.sample_fps = float(values["sample_fps"])
+        self.set_watch_questions(values["watch_questions"])
         self.converter = ImageConverter(int(values["max_image_pixels"]))
         self.cameras = {topic: CameraInput(name, CameraCounters(topic, self.sample_fps),
                                            MutuallyExclusiveCallbackGroup(), topic)
@@ -168,6 +171,7 @@ class StreamCacheNode(CameraIngest, MemoryServices, RuntimeTuning, StatusReports
             self.create_service(SaveMemory, "save_memory", self._on_save, callback_group=q),
             self.create_service(LoadMemory, "load_memory", self._on_load, callback_group=q),
             self.create_service(MemoryTimeline, "memory_timeline", self._on_memory_timeline, callback_group=q),
+            self.create_service(When, "when", self._on_when, callback_group=q),
         ]
         self._action = ActionServer(self, AskAction, "ask_action", execute_callback=self._execute_ask,
                                     goal_callback=lambda goal: GoalResponse.ACCEPT,
@@ -175,6 +179,7 @@ class StreamCacheNode(CameraIngest, MemoryServices, RuntimeTuning, StatusReports
                                     callback_group=self._action_group)
         self.status_pub = self.create_publisher(MemoryStatus, "memory_status", STATUS_QOS)
         self.ack_pub = self.create_publisher(Header, "frame_acks", ACK_QOS)
+        self.watch_pub = self.create_publisher(WatchEvent, "watch_events", EVENT_QOS)
 
     def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
         for camera in self.cameras.values():
@@ -243,7 +248,7 @@ class StreamCacheNode(CameraIngest, MemoryServices, RuntimeTuning, StatusReports
         if getattr(self, "_action", None) is not None:
             self._action.destroy()
             self._action = None
-        for name in ("status_pub", "ack_pub"):
+        for name in ("status_pub", "ack_pub", "watch_pub"):
             if getattr(self, name, None) is not None:
                 self.destroy_publisher(getattr(self, name))
                 setattr(self, name, None)

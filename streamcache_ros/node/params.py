@@ -49,6 +49,8 @@ NODE_SPECS: dict[str, Spec] = {
     "reset_on_time_jump": Spec(False, "Forget the memory when a camera's stamps jump back by more than one "
                                       "sampling period (a bag loop); false keeps it and restarts sampling",
                                runtime=True),
+    "watch_questions": Spec([], "Standing yes/no questions, each asked over the window of every chunk just encoded; "
+                                "every answer is published on watch_events (WatchEvent)", runtime=True),
 }
 # defaults that depend on the machine, as the docs show them
 SHOWN_DEFAULTS = {"snapshot_dir": "<ROS home>/streamcache/snapshots"}
@@ -133,7 +135,7 @@ def read_all(node) -> dict[str, Any]:
 
 
 # string parameters whose every value is known here (the engine checks the rest in build_session)
-CHOICES = {"attention": ("auto", "sdpa", "flash")}
+CHOICES = {"attention": ("auto", "sdpa", "flash"), "options_mode": ("scored", "generated")}
 
 
 def validate_node_params(values: dict[str, Any]) -> None:
@@ -156,6 +158,16 @@ def validate_node_params(values: dict[str, Any]) -> None:
         if topic in seen:
             raise ConfigError("camera_topics", f"'{topic}' is listed twice")
         seen.add(topic)
+    check_watch_questions(values["watch_questions"])
+
+
+def check_watch_questions(questions) -> list[str]:
+    """watch_questions: a list of non-empty strings (checked at configure and on a runtime change)."""
+    if not isinstance(questions, (list, tuple)) or any(not isinstance(q, str) for q in questions):
+        raise ConfigError("watch_questions", "must be a list of strings (questions)")
+    if any(not q.strip() for q in questions):
+        raise ConfigError("watch_questions", "has an empty question")
+    return [str(q) for q in questions]
 
 
 def unknown_overrides(node) -> list[str]:

@@ -51,7 +51,8 @@ class StatusReports:
                           chunk_error=self._ingest_error or status.last_chunk_error,
                           snapshot=self.snapshots.summary(),
                           snapshot_error=self.snapshots.detail if self.snapshots.state == "refused" else "",
-                          budget_pending=budget_pending)
+                          budget_pending=budget_pending, watch_ms=self.last_watch_ms,
+                          watch_questions=len(self._watch_questions))
 
     def publish_memory_status(self) -> None:
         if self._active:

@@ -7,7 +7,8 @@ stride follow the new one from the next chunk), ``budget_tokens`` of the policie
 to the budget configured (the next chunk's compression brings the cache to a smaller one, and the
 memory diagnostic says the change is pending until then; a larger one than configured is checked
 against the model's position range at configure), and the diagnostics' ``camera_min_rate``,
-``max_frame_delay`` and ``reset_on_time_jump``. Everything else is read at configure: a change while
+``max_frame_delay`` and ``reset_on_time_jump``, and ``watch_questions`` (asked from the next chunk on).
+Everything else is read at configure: a change while
 configured is refused, naming a lifecycle reconfigure or a restart; while the node is unconfigured
 every change is taken, and checked at the next configure.
 
@@ -85,6 +86,8 @@ class RuntimeTuning:
     def _refusal(self, name: str, value) -> str:
         """Why ``name`` cannot take ``value`` now ('' = it can)."""
         specs = params.all_specs()
+        if name == "watch_questions":
+            return self._watch_questions_changed(value)  # time_questions.py
         if name not in specs or (specs[name].runtime and name != "budget_tokens"):
             return ""  # not ours (use_sim_time, qos_overrides.*), or free to change
         policy = self.info.policy
@@ -124,6 +127,9 @@ class RuntimeTuning:
             tuned = {name: names[name] for name in RUNTIME if name in names}
             if tuned:
                 self._tune(session, tuned)
+        if "watch_questions" in names and session is not None:
+            self.set_watch_questions(names["watch_questions"])
+            self.get_logger().info(f"standing questions now: {list(names['watch_questions']) or 'none'}")
         if self.diagnostics is not None and {"camera_min_rate", "max_frame_delay", "sample_fps"} & set(names):
             self.diagnostics.set_limits(*self._diagnostic_limits())
 
