@@ -205,10 +205,16 @@ class Session:
             seen = self._select(camera, window or Window(), len(ids), 1)
             units = sorted(seen.units, key=lambda u: (min(self.ledger.units[u].stamps), u))
             found = when_search.search(mode, len(units), lambda windows: self.answering.yes([ids] * len(windows), [
-                [units[i] for i in w] for w in windows]), when_search.SearchSettings(self.config.rows_per_pass))
+                [units[i] for i in w] for w in windows]), self._search_settings())
             self.questions_answered += 1
         return when_search.answer(found, mode, [self.ledger.units[u] for u in units], window or Window(),
                                   (time.perf_counter() - started) * 1e3)
+
+    def _search_settings(self) -> when_search.SearchSettings:
+        """The when search's windows per pass, never more than one forward pass takes."""
+        default = when_search.SearchSettings()
+        return when_search.SearchSettings(min(default.rows_per_pass, self.config.rows_per_pass),
+                                          min(default.coarse_windows, self.config.rows_per_pass))
 
     def watch(self, questions: list[str], chunk: ChunkReport) -> list[WatchAnswer]:
         """Standing yes/no ``questions`` asked over the window of the chunk just encoded, in one pass;
