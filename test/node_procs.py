@@ -131,6 +131,13 @@ def run_launch(domain: int, *args: str) -> Proc:
     return Proc(["ros2", "launch", "streamcache_ros", *args], ros2_env(domain))
 
 
+def status_name(namespace: str | None, task: str) -> str:
+    """A /diagnostics status of streamcache_node in ``namespace`` (None or '' = the root): named by
+    the node's fully qualified name, so robots on one domain are told apart."""
+    ns = (namespace or "").strip("/")
+    return f"{'/' + ns if ns else ''}/streamcache_node: {task}"
+
+
 def python_module(module: str, *args: str) -> list[str]:
     return [sys.executable, "-m", module, *args]
 

@@ -13,7 +13,7 @@ from sensor_msgs.msg import Image
 
 from std_msgs.msg import Header
 
-from node_procs import Probe, Proc, child_env, client_of, replay_lock_step, stamp_ns, tiny_node
+from node_procs import status_name, Probe, Proc, child_env, client_of, replay_lock_step, stamp_ns, tiny_node
 from streamcache_ros.node.cameras import match_reliability
 from streamcache_ros.tools import bagfile
 
@@ -48,7 +48,7 @@ def probe(domain, node):
 
 def qos_said(probe, topic, since):
     """The 'QoS reliability' values the camera's diagnostics said since ``since``."""
-    return [kv.value for a in probe.diagnostics[since:] for s in a.status if s.name == f"streamcache_node: camera {topic}"
+    return [kv.value for a in probe.diagnostics[since:] for s in a.status if s.name == status_name(NS, f"camera {topic}")
             for kv in s.values if kv.key == "QoS reliability"]
 
 

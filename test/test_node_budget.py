@@ -15,7 +15,7 @@ from diagnostic_msgs.msg import DiagnosticStatus
 from lifecycle_msgs.msg import Transition
 from lifecycle_msgs.srv import ChangeState
 
-from node_procs import Proc, child_env, replay_lock_step, tiny_node
+from node_procs import status_name, Proc, child_env, replay_lock_step, tiny_node
 from streamcache_ros.tools import bagfile
 
 NS = "/sc_budget"
@@ -44,7 +44,7 @@ def memory_diagnostic(probe, budget: int):
     start = len(probe.diagnostics)
 
     def found():
-        return next((s for a in probe.diagnostics[start:] for s in a.status if s.name == "streamcache_node: memory"
+        return next((s for a in probe.diagnostics[start:] for s in a.status if s.name == status_name(NS, "memory")
                      and {kv.key: kv.value for kv in s.values}["Budget (video tokens per layer)"] == str(budget)),
                     None)
 

@@ -19,7 +19,7 @@ from rclpy.serialization import serialize_message
 from sensor_msgs.msg import CompressedImage, Image
 from streamcache_ros_interfaces.srv import Ask
 
-from node_procs import HANG_GUARD_S, Proc, child_env, replay_lock_step, stamp_ns, tiny_node
+from node_procs import status_name, HANG_GUARD_S, Proc, child_env, replay_lock_step, stamp_ns, tiny_node
 from raw_ros import request_with_raw_first_string
 from streamcache_ros import world
 from streamcache_ros.engine.snapshot_io import read_state
@@ -96,7 +96,7 @@ def saved(client, path):
 
 
 def statuses(probe, name, since=0):
-    return [s for a in probe.diagnostics[since:] for s in a.status if s.name == f"streamcache_node: {name}"]
+    return [s for a in probe.diagnostics[since:] for s in a.status if s.name == status_name(NS, name)]
 
 
 def test_faults_mid_chunk_and_mid_question_are_survived(client, domain, bags, probe, node):

@@ -17,7 +17,7 @@ import subprocess
 
 import pytest
 
-from node_procs import HANG_GUARD_S, ROOT, Proc, child_env, python_module, replay_lock_step, stamp_ns, tiny_node
+from node_procs import status_name, HANG_GUARD_S, ROOT, Proc, child_env, python_module, replay_lock_step, stamp_ns, tiny_node
 from streamcache_ros import world
 from streamcache_ros.tools import bagfile
 
@@ -60,7 +60,7 @@ def test_one_resolved_camera_name_everywhere(client, domain, bags, probe, node):
     assert refused.error_message == f"no frames from camera '{RESOLVED}' yet"
     assert client.ask("?", camera="/elsewhere").error_message.endswith(f"(camera_topics: {RESOLVED})")
     assert client.memory_status().cameras == [RESOLVED]
-    probe.wait_for(lambda: any(s.name == f"streamcache_node: camera {RESOLVED}" for a in probe.diagnostics
+    probe.wait_for(lambda: any(s.name == status_name(NS, f"camera {RESOLVED}") for a in probe.diagnostics
                                for s in a.status), what="the camera's diagnostics")
     assert f"listening on {RESOLVED}" in node.output() and f"camera {RESOLVED}: subscribed" in node.output()
     replay_lock_step(domain, bags["first"], NS, "--fast")

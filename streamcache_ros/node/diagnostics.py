@@ -128,7 +128,10 @@ class NodeDiagnostics:
         self.view = view
         self.engine = EngineTasks(view)
         self.updater = updater_lib.Updater(node)
-        self.updater.setHardwareID("none")
+        # robots on one domain: statuses named "<fully qualified node name>: <task>" and the hardware
+        # id that name, so rqt_robot_monitor tells /robot1/streamcache_node from /robot2/...
+        self.updater.node_name = node.get_fully_qualified_name()
+        self.updater.setHardwareID(node.get_fully_qualified_name())
         # The Updater times itself by the node's clock; with use_sim_time that clock stops when a
         # replay's /clock does, and so would /diagnostics. A steady timer keeps them at 1 Hz.
         node.destroy_timer(self.updater.timer)
@@ -165,8 +168,7 @@ class NodeDiagnostics:
         for stamps in self._stamp_tasks.values():
             stamps.params.max_acceptable = max_delay
 
-    def add_engine(self, model_id: str) -> None:
-        self.updater.setHardwareID(model_id)
+    def add_engine(self) -> None:
         self._add(updater_lib.FunctionDiagnosticTask("memory", self.engine.memory))
         self._add(updater_lib.FunctionDiagnosticTask("latency", self.engine.latency))
 

@@ -154,7 +154,7 @@ class StreamCacheNode(CameraIngest, MemoryServices, TimeQuestions, RuntimeTuning
             self.diagnostics.add_camera(camera.topic, camera.counters, min_rate, max_delay,
                                         qos=lambda c=camera: (c.qos_text, c.qos_changes))
         info = self.info
-        self.diagnostics.add_engine(info.model_id)
+        self.diagnostics.add_engine()
         self.get_logger().info(
             f"configured: model {info.model_id} ({info.model_family}, {info.device}, {info.dtype}), "
             f"policy {info.policy}, cameras {', '.join(self.cameras)}, sample_fps {self.sample_fps}, "
