@@ -213,10 +213,10 @@ class HermesPolicy(LayerwisePolicy):
             return [torch.arange(len(store)) for store in self.layers]
         if outcome is not None:
             outcome.details["guidance_passes"] = len(guidance or [])
-        slots = self.lane_slots(prefix_len)
-        if all(len(lanes) == 1 for lanes in slots):
+        clocks = self.clock_ids()
+        if len(clocks) <= 1:
             return self.plan(self.layer_attention(guidance, prefix_len), prefix_len)
-        return self.plan_per_camera(guidance, prefix_len, slots)
+        return self.plan_per_camera(guidance, prefix_len, clocks)
 
     def plan(self, attention: list[torch.Tensor | None], prefix_len: int) -> list[torch.Tensor]:
         """§7-§9 from each layer's pooled guidance attention (None where a layer's ω = 1 makes it unused)."""
@@ -235,20 +235,29 @@ class HermesPolicy(LayerwisePolicy):
         return smooth_scores(raw, self.roles, self.settings.lambdas)
 
     def plan_per_camera(self, guidance: list[GuidancePass] | None, prefix_len: int,
-                        slots: list[dict[int, int]]) -> list[torch.Tensor]:
-        """§6-§9 for each camera on its own, as if it were alone with its share (docs/hermes.md
+                        clocks: list[int]) -> list[torch.Tensor]:
+        """§6-§9 with several cameras, each scored on its own as if it were alone (docs/hermes.md
         "Cameras"): the guidance attends over the prefix and that camera's tokens from its clock,
-        recency ranks and min-max run over its candidates, and it keeps its top slots."""
-        chosen: list[list[torch.Tensor]] = [[] for _ in self.layers]
-        for clock in sorted({c for lanes in slots for c in lanes}):
-            columns = [torch.nonzero(store.clocks[prefix_len:] == clock).flatten() for store in self.layers]
+        recency ranks, min-max and the smoothing run over its candidates. ``equal`` shares: each
+        camera keeps its top slots; ``shared``: the top M over every camera's scores."""
+        scores = [torch.zeros(len(store) - prefix_len) for store in self.layers]
+        for clock in clocks:
+            columns = [torch.nonzero(store.clocks[prefix_len:] == clock).flatten().cpu() for store in self.layers]
             refined = self.refine(self.layer_attention(guidance, prefix_len, clock), [len(c) for c in columns])
-            for kept, score, cols, lanes in zip(chosen, refined, columns, slots):
-                count = lanes.get(clock, 0)
-                if count:
-                    kept.append(cols[torch.topk(score, count, sorted=False).indices.to(cols.device)])
-        return [torch.cat((torch.arange(prefix_len), torch.sort(torch.cat(kept)).values.cpu() + prefix_len))
-                if kept else torch.arange(prefix_len) for kept in chosen]
+            for score, cols, mine in zip(scores, columns, refined):
+                if len(cols):
+                    score[cols] = mine.float().cpu()
+        out = []
+        for score, lanes, store in zip(scores, self.lane_slots(prefix_len), self.layers):
+            if len(lanes) == 1:
+                out.append(keep_indices(score, next(iter(lanes.values())), prefix_len))
+                continue
+            candidates = store.clocks[prefix_len:].cpu()
+            kept = [torch.nonzero(candidates == c).flatten()[torch.topk(score[candidates == c], n, sorted=False).indices]
+                    for c, n in lanes.items() if n]
+            kept = torch.sort(torch.cat(kept)).values if kept else torch.empty(0, dtype=torch.long)
+            out.append(torch.cat((torch.arange(prefix_len), kept + prefix_len)))
+        return out
 
     def layer_attention(self, guidance: list[GuidancePass] | None, prefix_len: int,
                         clock: int | None = None) -> list[torch.Tensor | None]:
