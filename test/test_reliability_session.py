@@ -84,7 +84,7 @@ def test_a_fault_in_the_last_prefill_step_leaves_the_cache_as_if_the_chunk_never
     feed(clean, video[:CHUNK], 0.0)
     feed(clean, video[2 * CHUNK:], 2.0 * CHUNK)  # the same frames and stamps, without the failed chunk
     assert_same(faulty.policy.state_dict(), clean.policy.state_dict())
-    assert faulty.units == clean.units  # unit ids, stamps, cameras and chunk ids
+    assert faulty.ledger.units == clean.ledger.units  # unit ids, stamps, cameras and chunk ids
     status = faulty.status()
     assert (status.chunks_encoded, status.chunks_failed, status.frames_in_memory) == (2, 1, clean.status().frames_in_memory)
     assert faulty.ask("what moved?", max_new_tokens=4).text == clean.ask("what moved?", max_new_tokens=4).text

@@ -75,7 +75,7 @@ def test_a_refused_snapshot_says_why(saved):
     session, data, folder = saved
     path = folder / "why.pt"
     for content, words in [(data[:-10], "damaged: truncated or altered"),
-                           (data.replace(b" %d " % SNAPSHOT_FORMAT, b" 99 ", 1), "of format 99; this node reads format 2"),
+                           (data.replace(b" %d " % SNAPSHOT_FORMAT, b" 99 ", 1), f"of format 99; this node reads format {SNAPSHOT_FORMAT}"),
                            (data[data.index(b"\n") + 1:], "format 1, written before snapshots carried a digest"),
                            (b"hello", "is not a streamcache snapshot")]:
         path.write_bytes(content)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 
 from streamcache_ros import world
 from streamcache_ros.engine import Session, SessionConfig, load_adapter, make_policy
@@ -45,8 +46,12 @@ def feed(session, stream, camera="", start=0):
         session.add_frame(stream.frame(i), stamp=stream.stamp(i), camera=camera)
 
 
+def replies(session, stream, camera=""):
+    return [session.ask(q.text, q.options, camera=camera) for q in questions(stream)]
+
+
 def answers(session, stream, camera=""):
-    return [session.ask(q.text, q.options, camera=camera).option_index for q in questions(stream)]
+    return [reply.option_index for reply in replies(session, stream, camera)]
 
 
 def full_session(adapter, **policy):
@@ -54,14 +59,20 @@ def full_session(adapter, **policy):
 
 
 @pytest.fixture(scope="module")
-def full_answers(model):
-    """Per stream, the full cache's option indices (reused by the comparisons below)."""
+def full_replies(model):
+    """Per stream, the full cache's answers (reused by the comparisons below)."""
     out = []
     for stream in streams():
         session = full_session(model)
         feed(session, stream)
-        out.append(answers(session, stream))
+        out.append(replies(session, stream))
     return out
+
+
+@pytest.fixture(scope="module")
+def full_answers(full_replies):
+    """Per stream, the full cache's option indices."""
+    return [[reply.option_index for reply in per_stream] for per_stream in full_replies]
 
 
 def accuracy_of(given, truth) -> float:
@@ -155,7 +166,7 @@ def test_same_answers_after_snapshot_and_restore(model, full_answers, tmp_path):
 @pytest.fixture(scope="module")
 def beside(model):
     """Camera B's frames interleaved with camera A's, each question asked with its camera: per
-    camera, the option indices given and the true ones."""
+    camera, the answers given and the true option indices."""
     given, truth = {"A": [], "B": []}, {"A": [], "B": []}
     for stream, other in zip(streams(), streams()[::-1]):
         session = full_session(model)
@@ -163,7 +174,7 @@ def beside(model):
             session.add_frame(stream.frame(i), stamp=stream.stamp(i), camera="A")
             session.add_frame(other.frame(i), stamp=other.stamp(i), camera="B")
         for camera, source in (("A", stream), ("B", other)):
-            given[camera] += answers(session, source, camera=camera)
+            given[camera] += replies(session, source, camera=camera)
             truth[camera] += [q.answer_index for q in questions(source)]
     return given, truth
 
@@ -173,12 +184,21 @@ def test_answers_about_one_camera_come_from_that_camera(beside):
     that saw the other camera's frames would score near chance on one of them."""
     given, truth = beside
     for camera in ("A", "B"):
-        assert accuracy_of(given[camera], truth[camera]) >= FLOOR, camera
+        assert accuracy_of([reply.option_index for reply in given[camera]], truth[camera]) >= FLOOR, camera
 
 
-@pytest.mark.xfail(strict=True, reason="B's chunks take positions between A's, so A's tokens are not where "
-                   "they are in a stream of A alone (docs/world-models.md, 'Tests'): measured 0.64 against 0.78")
-def test_answers_about_one_camera_ignore_another(model, full_answers, beside):
-    """The issue's test: the same answers about camera A with or without camera B's frames."""
+def test_answers_about_one_camera_ignore_another(model, full_replies, beside):
+    """The issue's test: the same answers about camera A with or without camera B's frames. Each
+    camera's chunks are on its own position clock and see only that camera (docs/architecture.md
+    "Positions"), so A's tokens are those of A alone, wherever B's frames come: the option
+    probabilities agree within float error, and so the answers, one for one (an answer may differ
+    only where its two best options are closer than that error)."""
     given, _ = beside
-    assert given["A"] == [a for per_stream in full_answers for a in per_stream]
+    alone = [reply for per_stream in full_replies for reply in per_stream]
+    assert len(given["A"]) == len(alone) >= 40
+    for with_b, without in zip(given["A"], alone):
+        torch.testing.assert_close(torch.tensor(with_b.option_probabilities), torch.tensor(without.option_probabilities),
+                                   atol=1e-4, rtol=0)
+        top = sorted(without.option_probabilities)[-2:]
+        if top[1] - top[0] > 1e-3:
+            assert with_b.option_index == without.option_index

@@ -57,7 +57,7 @@ class QuestionRunner:
         with self.answering(probe) as hook:
             try:
                 decoded = greedy_decode(self.adapter, policy, ids, budget, started, key_filter, on_text, should_stop,
-                                        self.config.repetition_penalty, hook)
+                                        self.config.repetition_penalty, hook, seen.clock)
             finally:
                 policy.truncate(mark)
         return Reply(self.adapter.decode(decoded.tokens), len(decoded.tokens), decoded.ttft_ms, decoded.cancelled)
@@ -68,7 +68,7 @@ class QuestionRunner:
         key_filter = None if seen.key_filter is None else torch.tensor(seen.key_filter, dtype=torch.long)
         option_ids = [self.adapter.option_ids(options, i) for i in range(len(options))]
         with self.answering(probe) as hook:
-            (scored,) = score_options(self.adapter, self.policy, [(ids, key_filter)], option_ids, hook)
+            (scored,) = score_options(self.adapter, self.policy, [(ids, key_filter)], option_ids, hook, seen.clock)
         ttft_ms = (time.perf_counter() - started) * 1e3
         if on_text is not None:
             on_text(options[scored.best], options[scored.best])
@@ -91,9 +91,10 @@ class QuestionRunner:
         finally:
             self.policy.probe = None
 
-    def yes(self, prompts: list[list[int]], windows: list[list[int]]) -> list[float]:
+    def yes(self, prompts: list[list[int]], windows: list[list[int]], clock: int | None = None) -> list[float]:
         """P(yes) of each yes/no prompt over its window's units (the summary tokens hidden, as in any
-        time window), ``rows_per_pass`` at a time."""
+        time window), ``rows_per_pass`` at a time; on a camera's ``clock`` or, with None, after every
+        position held (cache/clocks.py)."""
         options = [self.adapter.option_ids(list(YES_NO), i) for i in range(2)]
         rows = self.config.rows_per_pass
         out = []
@@ -101,5 +102,6 @@ class QuestionRunner:
             for start in range(0, len(prompts), rows):
                 asks = [(p, torch.tensor(w, dtype=torch.long)) for p, w in
                         zip(prompts[start:start + rows], windows[start:start + rows])]
-                out += [s.probabilities[0] for s in score_options(self.adapter, self.policy, asks, options, hook)]
+                out += [s.probabilities[0] for s in score_options(self.adapter, self.policy, asks, options, hook,
+                                                                  clock)]
         return out

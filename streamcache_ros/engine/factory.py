@@ -29,6 +29,8 @@ ENGINE_DEFAULTS: dict[str, Any] = {
     "model_path": DEFAULT_MODEL,
     "policy": "hermes",
     "budget_tokens": 0,  # 0: the model folder's budget_tokens (streamcache.json), else FALLBACK_BUDGET_TOKENS
+    # how cameras share the bound of a bounded policy: equal (each its share) | shared (cache/clocks.py)
+    "camera_budget_share": "equal",
     "sample_fps": 1.0,
     "chunk_frames": 8,
     "device": "auto",

@@ -49,7 +49,7 @@ class ChunkPipeline:
         self.attempts += 1
         source = f"chunk of {len(batch)} frame(s) from '{camera or 'default'}'"
         started = time.perf_counter()
-        inputs, times = self._take_in(batch, source)
+        inputs, times = self._take_in(batch, source, self.ledger.clock(camera))
         chunk_id = self.ledger.next_chunk
         unit_frames = {self.ledger.next_unit + i: tuple(f) for i, f in enumerate(inputs.unit_frames)}
         compress_error = None
@@ -83,16 +83,19 @@ class ChunkPipeline:
         self.stopped = ""
         return self.last
 
-    def _take_in(self, batch: list[tuple[np.ndarray, float]], source: str) -> tuple[VisionInputs, list[float]]:
-        """The chunk's frames encoded and prefilled into the cache; returns the encoder inputs and
-        the times the two steps ended. On any fault the cache is truncated back and ChunkError raised."""
+    def _take_in(self, batch: list[tuple[np.ndarray, float]], source: str,
+                 clock: int) -> tuple[VisionInputs, list[float]]:
+        """The chunk's frames encoded and prefilled into the cache on its camera's position ``clock``
+        (numbered as if the camera were alone, seeing only its own tokens: cache/clocks.py); returns
+        the encoder inputs and the times the two steps ended. On any fault the cache is truncated
+        back and ChunkError raised."""
         adapter, policy = self.adapter, self.policy
         mark = policy.mark()
         try:
             inputs = adapter.preprocess([frame for frame, _ in batch])
             rel = adapter.chunk_rel_positions(inputs)
             # before the encoder runs: a chunk the position range cannot take costs no more
-            policy.ensure_room(int(rel.max().item()) + 1 + self._question_room())
+            policy.ensure_room(int(rel.max().item()) + 1 + self._question_room(), clock)
             mark = policy.mark()  # ensure_room may re-index; it never changes lengths
             failpoints.hit("encode", chunk=self.attempts)
             embeds = adapter.encode(inputs)
@@ -100,7 +103,7 @@ class ChunkPipeline:
             first = self.ledger.next_unit
             unit_ids = torch.arange(first, first + inputs.num_units)
             chunk = NewTokens(rel, unit_ids.repeat_interleave(inputs.tokens_per_unit),
-                              torch.full((rel.shape[1],), self.ledger.next_chunk, dtype=torch.long))
+                              torch.full((rel.shape[1],), self.ledger.next_chunk, dtype=torch.long), clock)
             self._prefill(embeds, chunk, inputs.tokens_per_unit)
             return inputs, [encoded, time.perf_counter()]
         except PositionRangeError as err:
@@ -148,7 +151,7 @@ class ChunkPipeline:
             # the policy places a forward at its next offset (max + 1 of what it holds); rebasing
             # each step on the previous steps keeps the chunk's own positions
             offset = rel[:, :start].max() + 1 if start else 0.0
-            new = NewTokens(rel[:, part] - offset, chunk.units[part], chunk.chunks[part])
+            new = NewTokens(rel[:, part] - offset, chunk.units[part], chunk.chunks[part], chunk.clock)
             self.adapter.forward(embeds[None, part], new, policy, layer_hook=hook)
             policy.after_prefill(new)
 

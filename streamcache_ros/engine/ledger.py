@@ -5,7 +5,8 @@ frames on Qwen2.5-VL). The cache knows units only by id; the ledger knows what e
 camera, the stamps of its frames, the chunk it came in, and how many tokens it had. From that it
 answers every question about time and cameras:
 
-- which units a question may see (a camera, a time window: ``visible``);
+- which units a question may see (a camera, a time window: ``visible``), and the position clock
+  of each camera (``clock``: its index among the cameras seen; docs/architecture.md "Positions");
 - what a set of units holds now (``counts``: frames, stamps, tokens attended over);
 - which frames an answer drew on (``rank_evidence``), and the memory timeline (``timeline``);
 - forgetting what the cache evicted, and its own part of a snapshot.
@@ -49,12 +50,14 @@ class Window:
 @dataclass(frozen=True)
 class Selection:
     """The units a question sees, and the key filter that shows the cache only those (None: every
-    key). A camera keeps the summary tokens visible; a window hides them, because they fold frames
-    of any time together (docs/interfaces.md "Time windows and evidence")."""
+    key). A camera keeps its own summary tokens visible; a window hides them, because they fold
+    frames of any time together (docs/interfaces.md "Time windows and evidence"). ``clock``: the
+    position clock the question is on (its camera's), None for a question about every camera."""
 
     units: list[int]
     key_filter: list[int] | None
     window: Window | None = None
+    clock: int | None = None
 
 
 class UnitLedger:
@@ -74,6 +77,12 @@ class UnitLedger:
     def note_camera(self, camera: str) -> None:
         if camera not in self.cameras:
             self.cameras.append(camera)
+
+    def clock(self, camera: str) -> int:
+        """The position clock of ``camera`` (noted if new): its index among the cameras seen. The
+        cache stores it beside each token (cache/clocks.py); a snapshot keeps both together."""
+        self.note_camera(camera)
+        return self.cameras.index(camera)
 
     def book_chunk(self, camera: str, unit_stamps: list[tuple[float, ...]], tokens_per_unit: int) -> int:
         """Record a chunk the cache took in, its units numbered from ``next_unit`` on; returns its id."""
@@ -111,16 +120,17 @@ class UnitLedger:
         when that is nothing."""
         if not self.units:
             raise QuestionError("no frames in memory yet: wait for the camera stream, then ask again")
-        units, key_filter = list(self.units), None
+        units, key_filter, clock = list(self.units), None, None
         if camera:
             units = self.units_of(camera)
             if not units:
                 raise QuestionError(f"no frames from camera '{camera}' in memory")
             key_filter = units + [self.summary_unit]
+            clock = self.cameras.index(camera)
         if window is not None:
             units = self.window_units(units, window, camera)
             key_filter = list(units)
-        return Selection(units, key_filter, window)
+        return Selection(units, key_filter, window, clock)
 
     def stamps(self, units: list[int], window: Window | None = None) -> list[float]:
         """Stamps of the frames of ``units`` (inside ``window`` when given)."""

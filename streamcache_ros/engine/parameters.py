@@ -74,6 +74,9 @@ DESCRIPTIONS = {
                   "mass is computed",
     "evidence_layers": "Layers whose attention defines evidence; [] = the model folder's evidence_layers.json, "
                        "else the middle half of the layers",
+    "camera_budget_share": "With several cameras, how a bounded policy's budget is shared: equal (each camera in "
+                           "memory keeps its share; one that needs less leaves the rest to the others) | shared "
+                           "(one budget for all: a busy camera pushes a quiet one's history out)",
     "options_mode": "How a question with options is answered: scored (the option the model finds most likely, "
                     "with option_probabilities; always an option) | generated (free generation matched to an "
                     "option, the HERMES reference's way)",

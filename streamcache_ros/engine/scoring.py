@@ -36,11 +36,13 @@ class Scored:
 
 @torch.inference_mode()
 def score_options(adapter: ModelAdapter, policy: CachePolicy, asks: list[tuple[list[int], torch.Tensor | None]],
-                  options: list[list[int]], layer_hook=None) -> list[Scored]:
+                  options: list[list[int]], layer_hook=None, clock: int | None = None) -> list[Scored]:
     """For each (prompt ids, key filter) in ``asks`` (a question and the keys it may see; None:
     all), the options' scores; ``options``: each option's token ids. One forward pass; the cache is
     as it was afterwards (the caller holds its lock). A single row goes the way of any question
-    (so a policy's ``probe`` sees it: the evidence of an answer)."""
+    (so a policy's ``probe`` sees it: the evidence of an answer). Every row sits at the same
+    positions on ``clock``: after that camera's positions (cache/clocks.py), or with None after
+    every position held."""
     if not options or any(not ids for ids in options):
         raise ValueError("every option needs at least one token")
     continuations = sorted({tuple(ids[:-1]) for ids in options})  # rows one question needs
@@ -49,11 +51,11 @@ def score_options(adapter: ModelAdapter, policy: CachePolicy, asks: list[tuple[l
     lengths = [len(r) for r in rows]
     new = NewTokens(torch.cat([text_positions(n, adapter.position_axes) for n in lengths], dim=1).to(adapter.device),
                     torch.full((sum(lengths),), TEXT_UNIT, dtype=torch.long),
-                    torch.full((sum(lengths),), -1, dtype=torch.long))
+                    torch.full((sum(lengths),), -1, dtype=torch.long), clock)
     key_filter = row_filters[0] if len(rows) == 1 else QueryRows.of(lengths, row_filters)
     mark = policy.mark()
     try:
-        policy.ensure_room(max(lengths))
+        policy.ensure_room(max(lengths), clock)
         hidden = adapter.forward(adapter.embed_text([t for r in rows for t in r]), new, policy, key_filter,
                                  layer_hook)[0]
     finally:

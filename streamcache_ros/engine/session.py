@@ -184,7 +184,7 @@ class Session:
                 raise
         seen = self.ledger.visible(camera, window)
         try:
-            self.policy.ensure_room(prompt_tokens + answer_tokens)
+            self.policy.ensure_room(prompt_tokens + answer_tokens, seen.clock)
         except PositionRangeError as err:
             raise QuestionError(f"the question ({prompt_tokens} tokens) and its answer (max_new_tokens {answer_tokens}) "
                                 f"do not fit in the positions left: {err}") from None
@@ -205,26 +205,21 @@ class Session:
             seen = self._select(camera, window or Window(), len(ids), 1)
             units = sorted(seen.units, key=lambda u: (min(self.ledger.units[u].stamps), u))
             found = when_search.search(mode, len(units), lambda windows: self.answering.yes([ids] * len(windows), [
-                [units[i] for i in w] for w in windows]), self._search_settings())
+                [units[i] for i in w] for w in windows], seen.clock), when_search.SearchSettings.within(self.config.rows_per_pass))
             self.questions_answered += 1
         return when_search.answer(found, mode, [self.ledger.units[u] for u in units], window or Window(),
                                   (time.perf_counter() - started) * 1e3)
 
-    def _search_settings(self) -> when_search.SearchSettings:
-        """The when search's windows per pass, never more than one forward pass takes."""
-        default = when_search.SearchSettings()
-        return when_search.SearchSettings(min(default.rows_per_pass, self.config.rows_per_pass),
-                                          min(default.coarse_windows, self.config.rows_per_pass))
-
     def watch(self, questions: list[str], chunk: ChunkReport) -> list[WatchAnswer]:
-        """Standing yes/no ``questions`` asked over the window of the chunk just encoded, in one pass;
-        empty when the chunk's frames are no longer in memory."""
+        """Standing yes/no ``questions`` asked over the window of the chunk just encoded, in one pass,
+        on its camera's position clock (as a question about that camera); empty when the chunk's
+        frames are no longer in memory."""
         prompts = [self._question_ids(q, list(YES_NO), "", 1) for q in questions]
         with self._cache_lock.question():
             units = [u for u, info in self.ledger.units.items() if info.chunk == chunk.chunk_id]
             if not prompts or not units:
                 return []
-            p_yes = self.answering.yes(prompts, [units] * len(prompts))
+            p_yes = self.answering.yes(prompts, [units] * len(prompts), self.ledger.clock(chunk.camera))
         stamp = max(self.ledger.stamps(units), default=0.0)
         return [WatchAnswer(q, chunk.camera, stamp, p) for q, p in zip(questions, p_yes)]
 
@@ -322,8 +317,9 @@ class Session:
     def load(self, path: str) -> int:
         """Replace the memory with the snapshot at ``path``; returns frames in memory.
 
-        A snapshot that is not one (truncated, corrupted, another format version) or was made with
-        another model or policy (or policy parameters) is refused; the memory is then unchanged.
+        A snapshot that is not one (truncated, corrupted, another format version), was made with
+        another model or policy (or policy parameters), or holds frames of cameras this session does
+        not have (``SessionConfig.cameras``, when set) is refused; the memory is then unchanged.
         """
         state = read_snapshot(path, self._identity())
         try:  # everything read before anything is replaced
@@ -331,6 +327,13 @@ class Session:
             history = [Exchange(**x) for x in state["history"]]
         except Exception as err:  # noqa: BLE001 - a file of the right format with the wrong content
             raise SnapshotError(f"snapshot '{path}' has unreadable bookkeeping ({type(err).__name__}: {err})") from None
+        held = list(dict.fromkeys(info.camera for info in ledger["units"].values()))
+        foreign = [camera for camera in held if camera not in self.config.cameras]
+        if self.config.cameras and foreign:
+            raise SnapshotError(f"snapshot '{path}' holds frames of camera(s) {', '.join(repr(c) for c in foreign)} "
+                                f"that this node does not have (its cameras: "
+                                f"{', '.join(repr(c) for c in self.config.cameras)}); the memory is unchanged: "
+                                "load it where those cameras are configured")
         with self._cache_lock, self._pending_lock:
             backup = self.policy.state_dict()
             try:

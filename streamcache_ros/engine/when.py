@@ -37,6 +37,12 @@ class SearchSettings:
     coarse_windows: int = 32  # the timeline's first pass: at most this many windows
     refine_above: float = 0.2  # a coarse window this likely to hold a yes is asked unit by unit
 
+    @classmethod
+    def within(cls, rows: int) -> "SearchSettings":
+        """The defaults, never more windows a pass than one forward pass takes (``rows``)."""
+        default = cls()
+        return cls(min(default.rows_per_pass, rows), min(default.coarse_windows, rows), default.refine_above)
+
 
 @dataclass
 class Found:

@@ -135,7 +135,8 @@ def read_all(node) -> dict[str, Any]:
 
 
 # string parameters whose every value is known here (the engine checks the rest in build_session)
-CHOICES = {"attention": ("auto", "sdpa", "flash"), "options_mode": ("scored", "generated")}
+CHOICES = {"attention": ("auto", "sdpa", "flash"), "options_mode": ("scored", "generated"),
+           "camera_budget_share": ("equal", "shared")}
 
 
 def validate_node_params(values: dict[str, Any]) -> None:

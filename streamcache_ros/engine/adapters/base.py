@@ -208,9 +208,11 @@ class ModelAdapter(abc.ABC):
     def position_axes(self) -> int:
         return 3 if self.traits.rope_layout == "mrope" else 1
 
-    def text_tokens(self, count: int, unit: int = TEXT_UNIT) -> NewTokens:
+    def text_tokens(self, count: int, unit: int = TEXT_UNIT, clock: int | None = None) -> NewTokens:
+        """``count`` text tokens; on a camera's ``clock`` (a question about that camera) or on none."""
         return NewTokens(text_positions(count, self.position_axes, device=self.device),
-                         torch.full((count,), unit, dtype=torch.long), torch.full((count,), -1, dtype=torch.long))
+                         torch.full((count,), unit, dtype=torch.long), torch.full((count,), -1, dtype=torch.long),
+                         clock)
 
     # -- vision -----------------------------------------------------------------------------------
     def encode(self, inputs: VisionInputs) -> torch.Tensor:

@@ -35,12 +35,15 @@ class QueryRows:
             raise ValueError(f"{len(lengths)} rows with {len(filters)} key filters")
         return cls(torch.repeat_interleave(torch.arange(len(lengths)), torch.tensor(lengths)), list(filters))
 
-    def mask(self, store: KVStore) -> torch.Tensor:
-        """[Q, T] (a shared store) or [rows of the store, Q, T]: which key each new query may see;
-        the store's last Q keys are the new tokens themselves."""
+    def mask(self, store: KVStore, clock: int | None = None) -> torch.Tensor:
+        """[Q, T] (a shared store) or [rows of the store, Q, T]: which key each new query may see
+        (rows on ``clock`` see only its tokens, clocks.py); the store's last Q keys are the new
+        tokens themselves."""
         units = store.units
         q_len = int(self.rows.numel())
-        cached = torch.stack([torch.ones_like(units, dtype=torch.bool) if f is None else store.visible(f)
+        every = store.clock_mask(clock)
+        every = torch.ones_like(units, dtype=torch.bool) if every is None else every
+        cached = torch.stack([every if f is None else store.visible(f, clock)
                               for f in self.filters])  # [R, (store rows,) T]
         rows = self.rows.to(units.device)
         per_query = cached[rows]  # [Q, (store rows,) T]
