@@ -34,13 +34,19 @@ def test_retention_map_draws_every_policy(tmp_path):
     assert len(data["looked_at"]) == 3 and all(len(p["last"]) == 24 for p in panels.values())
 
 
-def test_accuracy_scores_last_seen_by_the_first_evidence_stamp(tmp_path):
+def test_accuracy_scores_last_seen_by_when_and_the_evidence_beside_it(tmp_path):
     run_script("accuracy.py", "--model", "tiny-qwen2_5_vl", "--lengths", "32", "--short-streams", "2",
-               "--per-kind", "1", "--max-new-tokens", "3", "--no-node", "--last-seen", "--policies", "full", "h2svc",
+               "--per-kind", "1", "--max-new-tokens", "3", "--no-node", "--windowed", "0", "--policies", "full", "h2svc",
                "--out", str(tmp_path), timeout=900)
     data = load(tmp_path / "accuracy-tiny-qwen2_5_vl.json")
-    assert all(r["kind"] != "last_seen" for r in data["records"])  # kept apart from the option kinds
-    records = data["last_seen"]["records"]
-    assert {r["policy"] for r in records} == {"full", "h2svc"} and all(r["kind"] == "last_seen" for r in records)
-    assert all(r["correct"] == (abs(r["evidence_stamp"] - r["truth_stamp"]) <= 2.0) for r in records)
-    assert data["last_seen"]["summary"]["32|full|full|last_seen"]["n"] == len(records) // 2
+    assert all(r["kind"] not in ("last_seen", "first_seen") for r in data["records"])  # apart from the option kinds
+    timed = data["time_records"]
+    by_when = [r for r in timed if r["kind"] == "last_seen"]
+    by_evidence = [r for r in timed if r["kind"] == "last_seen_evidence"]
+    assert by_when and len(by_evidence) == len(by_when)  # every last_seen asked both ways
+    assert {r["policy"] for r in by_when} == {"full", "h2svc"}
+    for r in by_when + by_evidence:
+        said = r["said_stamp"]
+        assert r["correct"] == (said is not None and abs(said - r["truth_stamp"]) <= 2.0)
+    assert all(r["questions_asked"] >= 1 for r in by_when)
+    assert data["time"]["32|full|full|last_seen"]["n"] == len(by_when) // 2
