@@ -60,6 +60,9 @@ class SessionConfig:
     # middle half of the layers, ``default_evidence_layers``)
     evidence_k: int = 3
     evidence_layers: tuple[int, ...] = ()
+    # A chunk is prefilled this many tokens at a time at most (0: in one forward), which bounds the
+    # decoder's activations (engine/prefill.py; the default: docs/performance.md "Prefill in blocks")
+    prefill_block_tokens: int = 128
 
     def largest_question(self, max_position_embeddings: int) -> int:
         """Positions the largest question and its answer take: max_question_tokens + max_new_tokens,
@@ -75,6 +78,11 @@ class SessionConfig:
         if int(self.evidence_k) < 0:
             raise ConfigError("evidence_k", f"must be >= 0, got {self.evidence_k}")
         self.evidence_layers = tuple(int(layer) for layer in self.evidence_layers)
+        block = self.prefill_block_tokens
+        if isinstance(block, bool) or not isinstance(block, (int, np.integer)) or block < 0:
+            raise ConfigError("prefill_block_tokens", f"must be a whole number of tokens >= 0 (0: the whole chunk "
+                                                      f"in one forward), got {block!r}")
+        self.prefill_block_tokens = int(block)
 
 
 def default_evidence_layers(num_layers: int) -> tuple[int, ...]:
@@ -314,19 +322,13 @@ class Session:
         return ChunkError(message, position_range=True)
 
     def _prefill(self, embeds: torch.Tensor, chunk: NewTokens, tokens_per_unit: int, attempt: int) -> None:
-        """The chunk's tokens through the decoder over the cache: one forward, or one per unit for a
-        policy that evicts between units, each followed by after_prefill."""
-        policy, rel = self.policy, chunk.rel_positions
-        hook = failpoints.layer_hook("prefill", chunk=attempt, layers=policy.geometry.num_layers)
-        step = tokens_per_unit if policy.prefill_unit_by_unit else rel.shape[1]
-        for start in range(0, rel.shape[1], step):
-            part = slice(start, start + step)
-            # the policy places a forward at its next offset (max + 1 of what it holds); rebasing
-            # each step on the previous steps keeps the chunk's own positions
-            offset = rel[:, :start].max() + 1 if start else 0.0
-            new = NewTokens(rel[:, part] - offset, chunk.units[part], chunk.chunks[part])
-            self.adapter.forward(embeds[None, part], new, policy, layer_hook=hook)
-            policy.after_prefill(new)
+        """The chunk's tokens through the decoder over the cache in blocks of at most
+        ``prefill_block_tokens``, after_prefill after the chunk, or after each unit for a policy
+        that evicts between units (engine/prefill.py)."""
+        from .prefill import prefill_chunk  # noqa: PLC0415
+
+        hook = failpoints.layer_hook("prefill", chunk=attempt, layers=self.policy.geometry.num_layers)
+        prefill_chunk(self.adapter, self.policy, embeds, chunk, tokens_per_unit, self.config.prefill_block_tokens, hook)
 
     def _guidance(self):
         """The guidance q/k the policy asks for before compressing (None: it asks for none)."""

@@ -143,8 +143,7 @@ class H2svcPolicy(CachePolicy):
         cos, sin = self._store(layer, k, v, new)
         group_size = self.geometry.group_size
         q = apply_rotary(q, cos.repeat_interleave(group_size, 0)[None], sin.repeat_interleave(group_size, 0)[None])
-        video = new.units[new.units >= 0]
-        first_unit = int(video.min()) if video.numel() else None
+        first_unit = new.arriving_unit()
         out = torch.empty_like(q)
         for group in self.groups[layer]:
             visible = self._visible(layer, group, first_unit, key_filter)
