@@ -366,8 +366,10 @@ def lock_step(streams: dict) -> dict[str, list[dict]]:
                 continue
             records[name].append(record)
             if "answers" in record or "stopped" in record:
+                ttft = None if "stopped" in record else common.median(a["ttft_ms"] for a in record["answers"])
                 what = "stopped (position range)" if "stopped" in record else \
-                    f"ttft {common.median(a['ttft_ms'] for a in record['answers']):.0f} ms"
+                    f"prefill {record.get('prefill_ms', 0):.0f} ms, compress {record.get('compress_ms', 0):.0f} ms" + \
+                    (f", ttft {ttft:.0f} ms" if ttft is not None else "")
                 print(f"  {name}: {record['frames']} frames, {what}, {time.perf_counter() - started:.0f} s",
                       flush=True)
     return records
