@@ -726,6 +726,9 @@ def main(argv=None) -> None:
         payload = {"args": {k: (str(v) if isinstance(v, pathlib.Path) else v) for k, v in vars(args).items()},
                    "dtype": str(dtype).replace("torch.", ""), "memory_source": Memory(device).source,
                    "shared_machine": args.shared, "load_average": {"start": load_start, "end": os.getloadavg()},
+                   # how the thread pools were told to wait (a busy CPU makes spinning threads wait for cores)
+                   "environment": {name: os.environ.get(name) for name in ("OMP_NUM_THREADS", "OMP_WAIT_POLICY",
+                                                                           "GOMP_SPINCOUNT", "MKL_NUM_THREADS")},
                    "families": result, "targets": goals, "complete": len(result) == len(args.families),
                    "seconds": time.perf_counter() - started}
         path = common.write_json(name, payload, args.out, args.device)
