@@ -424,7 +424,9 @@ def full_limit(make_adapter, args, lengths: list[int], device) -> tuple[int, str
         frames += args.chunk_frames
     why = "position range" if frames < max(lengths) else ""
     per_frame = shape.chunk_tokens // args.chunk_frames * kv_bytes_per_token(geometry)
-    fits = int(args.memory_fraction * common.available_memory(device) // per_frame) // args.chunk_frames * args.chunk_frames
+    # one full cache per prefill block size swept: together they stay within the share
+    share = args.memory_fraction / len(args.block_tokens)
+    fits = int(share * common.available_memory(device) // per_frame) // args.chunk_frames * args.chunk_frames
     if fits < frames:
         frames, why = fits, "memory"
     return frames, why
@@ -689,7 +691,8 @@ def main(argv=None) -> None:
     parser.add_argument("--dtype", default="auto", help="auto: float32 on a CPU, bfloat16 on a GPU")
     parser.add_argument("--attention", default="auto", help="auto: flash-attn on CUDA when it imports, else SDPA")
     parser.add_argument("--memory-fraction", type=float, default=0.3, help="run full while it fits in this share "
-                                                                           "of the free memory")
+                                                                           "of the free memory (its caches of every "
+                                                                           "block size together)")
     parser.add_argument("--name", default=None, help="base name of the JSON / PNG (default real_shapes-cpu|gpu)")
     parser.add_argument("--figure", type=pathlib.Path, default=None, help="the PNG (default bench/figures/NAME.png)")
     parser.add_argument("--shared", default="", help="say in the JSON how the machine was shared")
