@@ -17,6 +17,19 @@ the bytes actually held are measured and reported, and the run says where they d
 5%. ``--sweep`` repeats the longest length at several fractions. One configuration also runs
 through the node over DDS, on replayed world bags, and must give the Session's answers.
 
+Time, through the memory itself (docs/world.md "Windows", docs/interfaces.md "When"):
+
+- ``last_seen`` / ``first_seen``: the `when` search (mode last / first, the question `Did you see a
+  {colour} {shape}?`), right within ±2 s; the Ask's ``evidence_stamps[0]`` beside it
+  (``last_seen_evidence``);
+- ``seen@8``: `seen` over 8-frame windows at random places of 128-frame streams (``--windowed``);
+- ``watch``: standing questions asked over every chunk just encoded, their answer against the
+  truth per chunk (``--watch``).
+
+``--hour-streams`` runs 3 600-frame streams (one hour at 1 fps) for the bounded policies at equal
+bytes and records per 600 frames: the long-memory kinds' accuracy, KV bytes, the largest position
+against the model's range, and prefill / compress ms per chunk.
+
 Output: a table per length (kind x policy: accuracy, 95% Wilson interval, n), the long-memory
 subset (first_*, seen, where the evidence is older than the window a FIFO of the same bytes
 holds), JSON with every answer, and a plot of accuracy against KV bytes.
@@ -39,6 +52,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from common import ROOT, machine, table  # noqa: E402
 
 from streamcache_ros import world  # noqa: E402
+from streamcache_ros.engine import Answer, QuestionError  # noqa: E402
 
 POLICIES = ("full", "fifo", "hermes", "h2svc", "uniform")
 LENGTHS = (32, 64, 128, 512)
@@ -49,6 +63,15 @@ REPORTED = ROOT / "bench" / "reported"
 FIGURES = ROOT / "bench" / "figures"
 SCORED_KINDS = world.OPTION_KINDS
 LONG_MEMORY = ("first_color", "first_shape", "seen")
+WHEN_KINDS = ("last_seen", "first_seen")  # scored through the when search (±2 s)
+TIME_KINDS = (*WHEN_KINDS, "last_seen_evidence", "seen@8", "watch")  # the time table's rows
+WINDOW_FRAMES = 8
+HOUR_FRAMES = 3600  # one hour at 1 fps; asked every sixth of it
+
+
+def hour_points(frames: int) -> list[int]:
+    step = max(frames // 6, 1)
+    return list(range(step, frames + 1, step))
 
 
 # -- equal bytes -----------------------------------------------------------------------------------
@@ -144,14 +167,19 @@ def make_session(adapter, policy: str, knobs: dict, head_map_path: str = ""):
 # -- running streams ---------------------------------------------------------------------------------
 def run_stream(adapter, seed: int, points: list[int], fractions: dict[str, float], head_map_path: str,
                per_kind: int, policies: tuple[str, ...], reference_fraction: float = 1 / 8,
-               max_new_tokens: int = 0, kinds: tuple[str, ...] = SCORED_KINDS) -> list[dict]:
+               max_new_tokens: int = 0, kinds: tuple[str, ...] = SCORED_KINDS, windows: int = 0,
+               watch: bool = False, full_until: int = 0, longest: int = 0) -> list[dict]:
     """One held-out stream of ``max(points)`` frames through one session per (policy, fraction);
-    every question kind asked after each of ``points`` frames. One record per (session, question).
-    The full cache's long-memory questions are those older than ``reference_fraction``'s window."""
+    every question kind asked after each of ``points`` frames (last_seen / first_seen through the
+    when search). One record per (session, question). The full cache's long-memory questions are
+    those older than ``reference_fraction``'s window. ``windows``: that many windowed seen
+    questions over 8-frame windows at each point; ``watch``: standing questions on every chunk;
+    ``full_until``: stop feeding the full cache after that many frames (0: never; the hour runs);
+    ``longest``: the length the bytes are equalised at (default: the longest of LENGTHS)."""
     length = max(points)
     stream = world.make_stream(seed, length, question_points=points)
     g = geometry_for(adapter, stream.look, head_map_path)
-    full_longest = g.prefix + math.ceil(max(LENGTHS) / g.frames_per_unit) * g.tokens_per_unit
+    full_longest = g.prefix + math.ceil((longest or max(LENGTHS)) / g.frames_per_unit) * g.tokens_per_unit
     sessions = []
     for policy in policies:
         for label, fraction in (fractions.items() if policy != "full" else [("full", 1.0)]):
@@ -161,30 +189,112 @@ def run_stream(adapter, seed: int, points: list[int], fractions: dict[str, float
             sessions.append((policy, label, fraction, knobs, window,
                              make_session(adapter, policy, knobs, head_map_path)))
     records = []
+    standing = watch_questions(stream, seed) if watch else []
+    chunk_times = defaultdict(list)
     for i in range(length):
         rgb = stream.frame(i)
-        for *_, session in sessions:
-            session.add_frame(rgb, stamp=stream.stamp(i))
+        for policy, label, *_, session in sessions:
+            if policy == "full" and full_until and i >= full_until:
+                continue
+            report = session.add_frame(rgb, stamp=stream.stamp(i))
+            if report is not None:
+                chunk_times[label if policy != "full" else "full", policy].append((report.prefill_ms,
+                                                                                   report.compress_ms))
+                records += watch_records(session, standing, report, stream, seed, policy, label, i)
         n = i + 1
         if n not in points:
             continue
-        questions = stream.questions(n, np.random.default_rng((seed, n, 3)), kinds, per_kind)
+        rng = np.random.default_rng((seed, n, 3))
+        questions = stream.questions(n, rng, kinds, per_kind)
+        questions += windowed_seen(stream, n, windows, rng)
         for policy, label, fraction, knobs, window, session in sessions:
+            if policy == "full" and full_until and n > full_until:
+                continue
+            times = chunk_times.pop((label if policy != "full" else "full", policy), [])
+            per_point = {"prefill_ms": float(np.mean([t[0] for t in times])) if times else None,
+                         "compress_ms": float(np.mean([t[1] for t in times])) if times else None}
             for q in questions:
-                answer = session.ask(q.text, q.options, max_new_tokens=max_new_tokens)
+                if q.kind in WHEN_KINDS:
+                    records += when_records(session, q, stream, seed, n, policy, label, fraction, knobs, g,
+                                            per_point)
+                    continue
+                since, until = (stream.stamp(q.window[0]), stream.stamp(q.window[1])) if q.window else (None, None)
+                try:
+                    answer = session.ask(q.text, q.options, max_new_tokens=max_new_tokens, since=since, until=until)
+                except QuestionError as err:  # the window's frames were evicted: what the memory lost
+                    answer = Answer(f"refused: {err}", -1, 0, 0.0, 0.0, 0, 0.0, 0.0, 0)
                 status = session.status()
                 records.append({
                     "seed": seed, "length": n, "policy": policy, "config": label, "fraction": fraction,
-                    "knobs": knobs, "kind": q.kind, "question": q.text, "truth": q.answer_index,
+                    "knobs": knobs, "kind": "seen@8" if q.window else q.kind, "question": q.text, "truth": q.answer_index,
                     "answer": answer.text, "option_index": answer.option_index,
                     "correct": answer.option_index == q.answer_index,
                     "evidence_age": (n - 1 - max(q.evidence_frames)) if q.evidence_frames else None,
                     "window_frames": window, "kv_bytes": status.cache.kv_bytes,
                     "kv_tokens": status.cache.kv_tokens, "frames_in_memory": status.frames_in_memory,
-                    "tokens_per_unit": g.tokens_per_unit,
-                    "look": [stream.look.width, stream.look.height, stream.look.encoding],
-                    **last_seen_fields(answer, stream, q)})
+                    "tokens_per_unit": g.tokens_per_unit, "max_position": status.cache.max_position,
+                    "position_range": adapter.text_config.max_position_embeddings,
+                    "look": [stream.look.width, stream.look.height, stream.look.encoding], **per_point})
     return records
+
+
+def windowed_seen(stream, n: int, count: int, rng) -> list:
+    """``count`` seen questions over 8-frame windows at random places of the first ``n`` frames."""
+    out = []
+    for _ in range(count if n >= WINDOW_FRAMES else 0):
+        first = int(rng.integers(0, n - WINDOW_FRAMES + 1))
+        out += stream.window_questions(n, first, first + WINDOW_FRAMES - 1, rng, ("seen",))
+    return out
+
+
+def when_records(session, q, stream, seed, n, policy, label, fraction, knobs, g, per_point) -> list[dict]:
+    """last_seen / first_seen through the when search (±2 s); for last_seen, the Ask's first
+    evidence stamp beside it (last_seen_evidence)."""
+    mode = "last" if q.kind == "last_seen" else "first"
+    truth = stream.stamp(q.answer_frame)
+    found = session.when(q.probe, mode)
+    status = session.status()
+    base = {"seed": seed, "length": n, "policy": policy, "config": label, "fraction": fraction, "knobs": knobs,
+            "question": q.probe, "truth_stamp": truth, "window_frames": 0, "kv_bytes": status.cache.kv_bytes,
+            "kv_tokens": status.cache.kv_tokens, "frames_in_memory": status.frames_in_memory,
+            "tokens_per_unit": g.tokens_per_unit, "evidence_age": n - 1 - q.answer_frame,
+            "max_position": status.cache.max_position, **per_point}
+    out = [{**base, "kind": q.kind, "said_stamp": found.stamp if found.found else None,
+            "correct": found.found and abs(found.stamp - truth) <= LAST_SEEN_TOLERANCE_S,
+            "questions_asked": found.questions_asked, "when_ms": found.total_ms}]
+    if q.kind == "last_seen":
+        answer = session.ask(q.text, [])
+        said = answer.evidence[0].stamp if answer.evidence else None
+        out.append({**base, "kind": "last_seen_evidence", "said_stamp": said,
+                    "correct": said is not None and abs(said - truth) <= LAST_SEEN_TOLERANCE_S})
+    return out
+
+
+def watch_questions(stream, seed: int) -> list[str]:
+    """Two standing questions for a stream: an identity it shows at some point, and one at random."""
+    rng = np.random.default_rng((seed, 11))
+    shown = sorted({v.identity for f in stream.truth for v in f})
+    every = [(s, c) for s in world.SHAPES for c in world.COLOUR_NAMES]
+    picks = [shown[int(rng.integers(len(shown)))]] if shown else []
+    picks.append(every[int(rng.integers(len(every)))])
+    return [world.SEEN_PROBE.format(colour=c, shape=s) for s, c in picks]
+
+
+def watch_records(session, questions, report, stream, seed, policy, label, last: int) -> list[dict]:
+    """The standing questions over the chunk just encoded (its last frame is ``last``), against the
+    truth of its frames."""
+    if not questions:
+        return []
+    frames = range(last - report.frames + 1, last + 1)
+    out = []
+    for a in session.watch(questions, report):
+        colour, shape = a.question[:-1].split()[-2:]
+        truth = any(v.identity == (shape, colour) for i in frames for v in stream.truth[i])
+        out.append({"seed": seed, "length": last + 1, "policy": policy, "config": label, "kind": "watch",
+                    "question": a.question, "truth": truth, "yes_probability": a.yes_probability,
+                    "correct": (a.answer == "yes") == truth, "window_frames": 0, "evidence_age": None,
+                    "kv_bytes": 0})
+    return out
 
 
 def long_memory(record: dict) -> bool:
@@ -310,34 +420,7 @@ def node_check(model: str, policy: str, streams: int, length: int, fraction: flo
             "same_answer_as_session": agree, "answers": results}
 
 
-# -- last_seen: answered by the evidence, not by an option (docs/world.md, docs/interfaces.md) ------------
 LAST_SEEN_TOLERANCE_S = 2.0
-
-
-def last_seen_fields(answer, stream, question) -> dict:
-    """A last_seen question is right when the answer's first evidence stamp lies within ±2 s of the
-    last frame the identity was in view; {} for the other kinds."""
-    if question.kind != "last_seen":
-        return {}
-    said = answer.evidence[0].stamp if answer.evidence else None
-    truth = stream.stamp(question.answer_frame)
-    return {"correct": said is not None and abs(said - truth) <= LAST_SEEN_TOLERANCE_S,
-            "evidence_stamp": said, "truth_stamp": truth}
-
-
-def print_last_seen(summary: dict, lengths, policies, label: str) -> None:
-    """A row per policy, a column per stream length: accuracy [95% interval] n."""
-    def shown(c):
-        return f"{c['accuracy']:.2f} [{c['ci95'][0]:.2f}, {c['ci95'][1]:.2f}] n={c['n']}" if c and c["n"] else ""
-
-    def config(policy):
-        return "full" if policy == "full" else label
-
-    rows = [{"policy": p, **{n: shown(summary.get(f"{n}|{config(p)}|{p}|last_seen")) for n in lengths}}
-            for p in policies]
-    print(f"\nlast_seen: evidence_stamps[0] within ±{LAST_SEEN_TOLERANCE_S:g} s of the truth "
-          f"(bounded policies at {label} of the full cache's bytes)")
-    print(table(rows, [("policy", "policy"), *[(n, f"{n} frames") for n in lengths]]))
 
 
 # -- output ----------------------------------------------------------------------------------------------
@@ -386,6 +469,67 @@ def plot(summary: dict, policies, path: pathlib.Path, model: str) -> None:
     fig.savefig(path, dpi=110)
 
 
+def print_time(summary: dict, lengths, policies, label: str) -> None:
+    """Time, through the memory: a row per kind, a column per policy, one table per length."""
+    for length in lengths:
+        rows = []
+        for kind in TIME_KINDS:
+            row = {"kind": kind}
+            for policy in policies:
+                c = summary.get(f"{length}|{'full' if policy == 'full' else label}|{policy}|{kind}")
+                row[policy] = (f"{c['accuracy']:.2f} [{c['ci95'][0]:.2f}, {c['ci95'][1]:.2f}] n={c['n']}"
+                               if c and c["n"] else "")
+            if any(row[p] for p in policies):
+                rows.append(row)
+        if rows:
+            print(f"\ntime at {length} frames: when within ±{LAST_SEEN_TOLERANCE_S:g} s, seen over 8-frame windows, "
+                  f"standing questions per chunk (bounded policies at {label})")
+            print(table(rows, [("kind", "kind"), *[(p, p) for p in policies]]))
+
+
+def hour_table(records: list[dict], policies, label: str, position_range: int, frames: int) -> dict:
+    """Per policy and sixth of the hour: long-memory accuracy, KV bytes, the largest position, ms per
+    chunk; and whether memory, positions and per-chunk time stayed flat."""
+    out = {}
+    for policy in policies:
+        mine = [r for r in records if r["policy"] == policy and r["config"] == label]
+        rows = []
+        for n in hour_points(frames):
+            at = [r for r in mine if r["length"] == n]
+            if not at:
+                continue
+            scored = [r for r in at if r["kind"] in (*LONG_MEMORY, *WHEN_KINDS)]
+            rows.append({"frames": n, **cell(scored), "kv_bytes": float(np.mean([r["kv_bytes"] for r in at])),
+                         "max_position": max(r["max_position"] for r in at),
+                         "prefill_ms": median_of(at, "prefill_ms"), "compress_ms": median_of(at, "compress_ms")})
+        if not rows:
+            continue
+        held = [r["kv_bytes"] for r in rows[1:]] or [rows[0]["kv_bytes"]]  # full from the first sixth on
+        third = max(1, len(rows) // 3)
+        out[policy] = {"rows": rows, "memory_flat": max(held) <= 1.05 * min(held),
+                       "positions_inside": all(r["max_position"] < position_range for r in rows),
+                       # medians of the last third against the first: noise aside, no growth with time
+                       "chunk_time_flat": all(median_of(rows[-third:], k) <= 1.5 * median_of(rows[:third], k) + 5.0
+                                              for k in ("prefill_ms", "compress_ms")
+                                              if median_of(rows[:third], k) is not None)}
+    return out
+
+
+def median_of(records: list[dict], key: str):
+    values = [r[key] for r in records if r.get(key) is not None]
+    return float(np.median(values)) if values else None
+
+
+def print_hour(hour: dict, position_range: int) -> None:
+    for policy, result in hour.items():
+        print(f"\none hour, {policy}: memory flat {result['memory_flat']}, positions inside the range "
+              f"({position_range}) {result['positions_inside']}, per-chunk time flat {result['chunk_time_flat']}")
+        print(table([{**r, "accuracy": f"{r['accuracy']:.2f} n={r['n']}" if r["n"] else ""} for r in result["rows"]],
+                    [("frames", "frames"), ("accuracy", "long-memory accuracy"), ("kv_bytes", "KV bytes"),
+                     ("max_position", "largest position"), ("prefill_ms", "prefill ms/chunk"),
+                     ("compress_ms", "compress ms/chunk")]))
+
+
 def main(argv=None) -> int:
     from streamcache_ros.engine.models import DEFAULT_MODEL  # noqa: PLC0415
 
@@ -398,24 +542,24 @@ def main(argv=None) -> int:
     parser.add_argument("--short-streams", type=int, default=300,
                         help="128-frame streams at most, asked after 32, 64 and 128 frames")
     parser.add_argument("--long-streams", type=int, default=100, help="512-frame streams")
+    parser.add_argument("--hour-streams", type=int, default=0, help="3600-frame streams (bounded policies)")
+    parser.add_argument("--hour-frames", type=int, default=HOUR_FRAMES, help="a shorter 'hour' (the smoke test)")
     parser.add_argument("--per-kind", type=int, default=3, help="questions of one kind per point at most")
+    parser.add_argument("--windowed", type=int, default=6,
+                        help="seen questions over 8-frame windows after 128 frames, per stream")
+    parser.add_argument("--no-time", action="store_true", help="no when search, no standing questions")
     parser.add_argument("--sweep-streams", type=int, default=40,
                         help="of the 512-frame streams, how many also run the budget sweep")
     parser.add_argument("--max-new-tokens", type=int, default=0, help="per answer (0: the session's default)")
     parser.add_argument("--no-node", action="store_true")
     parser.add_argument("--node-policy", default="hermes")
     parser.add_argument("--node-streams", type=int, default=12)
+    parser.add_argument("--name", default="", help="the JSON's name (default accuracy-<model>)")
     parser.add_argument("--out", type=pathlib.Path, default=REPORTED)
-    parser.add_argument("--last-seen", action="store_true",
-                        help="also ask last_seen, scored by evidence_stamps[0] (±2 s): its own table and JSON key")
     parser.add_argument("--node-only", action="store_true",
                         help="only the check through the node; its result replaces 'node' in the existing JSON")
-    parser.add_argument("--only-last-seen", action="store_true",
-                        help="ask last_seen alone (a run of its own: accuracy-<model>-last_seen.json)")
     args = parser.parse_args(argv)
-    kinds = ("last_seen",) if args.only_last_seen else SCORED_KINDS + (("last_seen",) if args.last_seen else ())
-    import torch  # noqa: PLC0415
-
+    kinds = SCORED_KINDS + (() if args.no_time else WHEN_KINDS)
     adapter = load(args.model)
     from streamcache_ros.engine.adapters import read_model_settings  # noqa: PLC0415
     from streamcache_ros.engine.cache import POLICIES as REGISTERED  # noqa: PLC0415
@@ -425,16 +569,18 @@ def main(argv=None) -> int:
     head_map_path = str(folder / "h2svc_head_map.json") if (folder / "h2svc_head_map.json").is_file() else ""
     policies = tuple(p for p in args.policies if p in REGISTERED and (p != "h2svc" or head_map_path))
     label = f"1/{round(1 / args.fraction)}"
+    name = args.name or f"accuracy-{pathlib.Path(args.model).name}"
     if args.node_only:
-        return node_only(args, head_map_path)
+        return node_only(args, head_map_path, name)
     main_fraction = {label: args.fraction}
     sweep_fractions = {f"1/{round(1 / f)}": f for f in SWEEP_FRACTIONS} | main_fraction
     records, started = [], time.perf_counter()
     short = [n for n in args.lengths if n in SHORT_POINTS]
     for i in range(args.short_streams if short else 0):
         records += run_stream(adapter, ACCURACY_SEED + i, short, main_fraction, head_map_path, args.per_kind,
-                              policies, args.fraction, args.max_new_tokens, kinds)
-        if cells_filled(records, short, policies[0], args.min_questions, kinds):
+                              policies, args.fraction, args.max_new_tokens, kinds,
+                              windows=0 if args.no_time else args.windowed, watch=not args.no_time)
+        if cells_filled(records, short, policies[0], args.min_questions):
             break
         if i % 25 == 24:
             print(f"  {i + 1} streams of {max(short)} frames, {time.perf_counter() - started:.0f} s", flush=True)
@@ -446,17 +592,27 @@ def main(argv=None) -> int:
                               args.per_kind, policies, args.fraction, args.max_new_tokens, kinds)
         if i % 10 == 9:
             print(f"  {i + 1} streams of {max(LENGTHS)} frames, {time.perf_counter() - started:.0f} s", flush=True)
+    hour_records = []
+    bounded = tuple(p for p in policies if p != "full")
+    for i in range(args.hour_streams):
+        hour_records += run_stream(adapter, ACCURACY_SEED + 7_000_000 + i, hour_points(args.hour_frames), main_fraction,
+                                   head_map_path, args.per_kind, bounded, args.fraction, args.max_new_tokens,
+                                   LONG_MEMORY + (() if args.no_time else WHEN_KINDS))
+        print(f"  {i + 1} streams of {args.hour_frames} frames, {time.perf_counter() - started:.0f} s", flush=True)
     sweep = [r for r in records if r["length"] == max(LENGTHS) and r["seed"] < ACCURACY_SEED + 5_000_000 +
-             args.sweep_streams]
+             args.sweep_streams and r["kind"] in SCORED_KINDS]
     records = [r for r in records if r["config"] in (label, "full")]
-    last_seen = [r for r in records if r["kind"] == "last_seen"]  # scored apart: no option index
-    records = [r for r in records if r["kind"] != "last_seen"]
-    sweep = [r for r in sweep if r["kind"] != "last_seen"]
-    summary = summarise(records)
-    if summary:  # empty on a last_seen-only run
-        print_tables(summary, args.lengths, policies, label)
-    if last_seen:
-        print_last_seen(summarise(last_seen), args.lengths, policies, label)
+    timed = [r for r in records if r["kind"] in TIME_KINDS]
+    records = [r for r in records if r["kind"] in SCORED_KINDS]
+    summary, time_summary = summarise(records), summarise(timed)
+    print_tables(summary, args.lengths, policies, label)
+    print_time(time_summary, args.lengths, policies, label)
+    position_range = adapter.text_config.max_position_embeddings
+    hour = hour_table(hour_records, bounded, label, position_range, args.hour_frames) if hour_records else {}
+    if hour:
+        print_hour(hour, position_range)
+        hour["full"] = full_past_range(records, position_range, args.hour_frames)
+        print(f"\nfull at {args.hour_frames} frames: {hour['full']['note']}")
     node = None if args.no_node else checked_node(args, head_map_path)
     if node and "error" in node:
         print(f"\nnode over DDS: not measured ({node['error']})")
@@ -466,12 +622,11 @@ def main(argv=None) -> int:
     mismatched = bytes_check(records + [r for r in sweep if r["config"] != label])
     print("\nequal bytes: " + ("all within 5%" if not mismatched else f"{len(mismatched)} streams off by > 5%"))
     sweep_summary = summarise(sweep) if sweep else {}
-    name = f"accuracy-{pathlib.Path(args.model).name}" + ("-last_seen" if args.only_last_seen else "")
     out = {"machine": machine("cpu"), "model": args.model, "policies": policies, "lengths": args.lengths,
            "fraction": args.fraction, "options_prompt": read_model_settings(str(folder)).get("options_prompt"),
-           "seconds": round(time.perf_counter() - started), "summary": summary, "sweep": sweep_summary,
-           "bytes_mismatch": mismatched, "node": node, "records": records,
-           "last_seen": {"summary": summarise(last_seen), "records": last_seen} if last_seen else None,
+           "seconds": round(time.perf_counter() - started), "summary": summary, "time": time_summary,
+           "hour": hour, "sweep": sweep_summary, "bytes_mismatch": mismatched, "node": node, "records": records,
+           "time_records": timed, "hour_records": hour_records,
            "sweep_records": [r for r in sweep if r["config"] not in (label, "full")]}
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / f"{name}.json"
@@ -482,9 +637,25 @@ def main(argv=None) -> int:
     return 0
 
 
-def node_only(args, head_map_path: str) -> int:
+def full_past_range(records: list[dict], position_range: int, frames: int) -> dict:
+    """The full cache at one hour, from its largest position at the longest length measured (it
+    grows by the same positions per frame): computed, not run."""
+    full = [r for r in records if r["policy"] == "full" and r.get("max_position") is not None]
+    if not full:
+        return {"note": "not measured"}
+    longest = max(r["length"] for r in full)
+    at = max(r["max_position"] for r in full if r["length"] == longest)
+    needed = int(math.ceil(at * frames / longest))
+    inside = needed < position_range
+    return {"computed": True, "frames": frames, "largest_position_at": {longest: at}, "positions_needed": needed,
+            "position_range": position_range, "inside": inside,
+            "note": (f"needs about {needed} positions (computed from {at:.0f} at {longest} frames); the model's "
+                     f"range is {position_range}: " + ("inside" if inside else "past the model's position range"))}
+
+
+def node_only(args, head_map_path: str, name: str) -> int:
     """--node-only: the node check alone, written into the JSON a full run left (its tables kept)."""
-    path = args.out / f"accuracy-{pathlib.Path(args.model).name}.json"
+    path = args.out / f"{name}.json"
     if not path.is_file():
         print(f"--node-only needs a full run's {path} first", file=sys.stderr)
         return 2

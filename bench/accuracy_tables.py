@@ -4,8 +4,8 @@
 
 Compact (default): one row per policy, its share right on all option questions and on the
 long-memory subset at every length, and the KV bytes it held at the longest. ``--full``: a table per
-length, one row per question kind, as bench/accuracy.py prints them (from the JSON); a last_seen-only
-run's JSON gives its last_seen table.
+length, one row per question kind, as bench/accuracy.py prints them (from the JSON), then the time
+tables (when, windowed seen, standing questions) and the one-hour rows where the run had them.
 """
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import json
 import pathlib
 import sys
 
-from accuracy import print_last_seen, print_tables
+from accuracy import print_hour, print_tables, print_time
 
 
 def config_label(data: dict) -> str:
@@ -44,6 +44,10 @@ def compact(data: dict) -> str:
     return "\n".join(lines)
 
 
+def hour_range(data: dict) -> int:
+    return data["hour"]["full"].get("position_range", 0)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("json", type=pathlib.Path)
@@ -52,10 +56,13 @@ def main() -> int:
     data = json.loads(args.json.read_text())
     machine = data.get("machine", {})
     print(f"<!-- {args.json.name}: {machine.get('device')}, {machine.get('date')}, commit {machine.get('commit')} -->")
-    if data.get("last_seen") and not data["summary"]:
-        print_last_seen(data["last_seen"]["summary"], data["lengths"], data["policies"], config_label(data))
-    elif args.full:
+    if args.full:
         print_tables(data["summary"], data["lengths"], data["policies"], config_label(data))
+        print_time(data.get("time") or {}, data["lengths"], data["policies"], config_label(data))
+        hour = {k: v for k, v in (data.get("hour") or {}).items() if k != "full"}
+        if hour:
+            print_hour(hour, hour_range(data))
+            print(f"\nfull: {data['hour']['full']['note']}")
     else:
         print(compact(data))
     return 0

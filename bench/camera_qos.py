@@ -9,7 +9,7 @@ default 1 fps: every arriving frame is counted, few are encoded) and a publisher
 count (MemoryStatus ``frames_received``), before and after. Cases:
 
 - ``adaptive``: a reliable publisher, the node as shipped (its camera QoS matched to the publishers:
-  reliable); issue 18 expects 99 % or more;
+  reliable); the aim is 99 % or more;
 - ``pinned-best-effort``: the same publisher, the node pinned to best effort with a qos_overrides
   parameter (the node's behaviour before the match: sensor-data QoS, best effort);
 - ``best-effort-publisher``: a best-effort publisher (a camera driver with sensor-data QoS); the node

@@ -1,14 +1,12 @@
 """What bench/soak.py and bench/node_throughput.py share: streamcache_node, streamcache-replay and
-client processes on a ROS domain of their own (localhost), a monitor of memory_status and
-frame_acks in this process, and small table / JSON / statistics helpers (local, so the benchmark
-scripts stand on their own)."""
+client processes on a ROS domain of their own (localhost; the process helpers are the tests' too:
+streamcache_ros/tools/processes.py), a monitor of memory_status and frame_acks in this process, and
+small table / JSON / statistics helpers."""
 from __future__ import annotations
 
 import json
 import os
 import pathlib
-import random
-import signal
 import subprocess
 import sys
 import threading
@@ -19,23 +17,16 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from streamcache_ros.client.participant import OwnParticipant  # noqa: E402 - after the path
+from streamcache_ros.tools import processes  # noqa: E402
+from streamcache_ros.tools.processes import alive, descendants, new_domain  # noqa: E402,F401 - the benchmarks' h.*
 
 RESULTS = ROOT / "bench" / "results"
 GUARD_S = 600  # hang guard for one process step
 os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")  # this process's own participants
 
 
-def new_domain() -> int:
-    low, _, high = os.environ.get("STREAMCACHE_TEST_DOMAINS", "10-230").partition("-")
-    return random.SystemRandom().randint(int(low), int(high or low))
-
-
 def child_env(domain: int) -> dict:
-    env = dict(os.environ)
-    env.update(PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p),
-               ROS_DOMAIN_ID=str(domain), ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST", HF_HUB_OFFLINE="1",
-               TRANSFORMERS_VERBOSITY="error", PYTHONUNBUFFERED="1")
-    return env
+    return processes.child_env(domain, (str(ROOT),))
 
 
 def start(cmd: list[str], env: dict, log: pathlib.Path) -> subprocess.Popen:
@@ -60,36 +51,7 @@ def replay_command(bag, namespace: str, *extra: str, rate: float | None = None) 
 
 def stop(proc: subprocess.Popen, timeout: float = 60.0) -> int:
     """SIGINT, as Ctrl-C; SIGKILL to the group only when that hangs (returns -9 then)."""
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-    return proc.returncode
-
-
-def descendants(pid: int) -> set[int]:
-    parents = {}
-    for entry in pathlib.Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                parents[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, ValueError, IndexError):
-                continue
-    found, frontier = set(), {pid}
-    while frontier:
-        frontier = {child for child, parent in parents.items() if parent in frontier} - found
-        found |= frontier
-    return found
-
-
-def alive(pid: int) -> bool:
-    try:
-        return pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
+    return processes.stop(proc, timeout)
 
 
 def rss_bytes(pid: int) -> int:

@@ -11,12 +11,18 @@ replays the bag alone; phase 2 replays a second bag (the next frames of the fixe
 docs/world.md, with later stamps) while the client asks one question after another. Frames per second are counted from the node's frame
 acknowledgements (first to last).
 
-Frames kept during answers (issue 18, item 11): a live 10 fps camera (a bag replayed at its own rate,
-not in lock step) sampled at ``sample_fps`` 2 while a client asks ``--answer-tokens`` (64) token
-questions back to back. A frame sampled while the ingest thread waits for an answer waits in its
-camera's queue and is encoded after it; the node counts those (``frames_waited``) and the frames it
-had to drop. Run with ``frame_queue_size`` 1 (one slot per camera: the node before the queue) and 16
-(the default). Prints tables; writes bench/results/node_throughput.json.
+Frames kept during answers (docs/performance.md, "Frames kept during answers"): a live 10 fps camera
+(a bag replayed at its own rate, not in lock step) sampled at ``sample_fps`` 2 while a client asks
+``--answer-tokens`` (64) token questions back to back. A frame sampled while the ingest thread waits
+for an answer waits in its camera's queue and is encoded after it; the node counts those
+(``frames_waited``) and the frames it had to drop. Run with ``frame_queue_size`` 1 (one slot per
+camera: the node before the queue) and 16 (the default).
+
+Standing questions (docs/interfaces.md "Standing questions"): the same live camera at ``sample_fps``
+2 with ``--watch-questions`` (two) asked over every chunk and no client: the frames dropped (the node
+must keep up: none), the events published (one per question per chunk), and the standing
+questions' time per chunk from the latency diagnostic beside the chunk's own. Prints tables; writes
+bench/results/node_throughput.json.
 """
 from __future__ import annotations
 
@@ -48,7 +54,10 @@ def parse_args(argv):
     p.add_argument("--answer-seconds", type=float, default=30.0, help="length of the answers phase's live camera")
     p.add_argument("--answer-tokens", type=int, default=64, help="answer length in the answers phase")
     p.add_argument("--queue-sizes", type=int, nargs="+", default=[1, 16], help="frame_queue_size values compared")
-    p.add_argument("--phases", nargs="+", default=["throughput", "answers"], choices=["throughput", "answers"])
+    p.add_argument("--phases", nargs="+", default=["throughput", "answers", "watch"],
+                   choices=["throughput", "answers", "watch"])
+    p.add_argument("--watch-questions", nargs="+", default=["Did you see a red circle?", "Did you see a blue square?"])
+    p.add_argument("--watch-policy", default="hermes")
     p.add_argument("--json", type=pathlib.Path, default=h.RESULTS / "node_throughput.json")
     return p.parse_args(argv)
 
@@ -148,6 +157,50 @@ def measure_answers(queue_size: int, args, bag, work: pathlib.Path) -> dict:
             "most frames waiting": final.most_frames_waiting, "chunks encoded": final.chunks_encoded}
 
 
+def measure_watch(args, bag, work: pathlib.Path) -> dict:
+    """The standing-questions phase (see the module's docstring)."""
+    from streamcache_ros_interfaces.msg import WatchEvent  # noqa: PLC0415
+
+    questions = "[" + ", ".join(f"'{q}'" for q in args.watch_questions) + "]"
+    params = {"camera_topics": f"['{CAM}']", "policy": args.watch_policy, "sample_fps": ANSWER_SAMPLE_FPS,
+              "chunk_frames": args.chunk_frames, "model_path": args.model, "watch_questions": questions}
+    domain = h.new_domain()
+    env = h.child_env(domain)
+    node = h.start(h.node_command(NS, params), env, work / "node-watch.log")
+    monitor = h.Monitor(domain, NS, node.pid)
+    events, latency = [], []
+    monitor.node.create_subscription(WatchEvent, f"{NS}/watch_events", events.append, 200)
+    try:
+        monitor.wait_for(lambda: monitor.statuses, 300, "the node's first memory_status")
+        live = [sys.executable, "-m", "streamcache_ros.tools.replay", str(bag), "--rate", "1.0", "--quiet",
+                "--wait", "120"]
+        replay = h.start(live, env, work / "replay-watch.log")
+        while replay.poll() is None:
+            time.sleep(0.5)
+            if monitor.latency:
+                latency.append(dict(monitor.latency))
+        if replay.returncode != 0:
+            raise RuntimeError(f"replay failed: see {work}/replay-watch.log")
+        time.sleep(3.0)  # the last chunk and its questions
+        final = monitor.latest()
+    finally:
+        h.stop(node)
+        monitor.close()
+
+    def median_of(key):
+        values = [float(d[key]) for d in latency if key in d and float(d.get("Chunks encoded", 0)) > 0]
+        return round(statistics.median(values), 1) if values else None
+
+    return {"policy": args.watch_policy, "camera fps": CAMERA_FPS, "sample_fps": ANSWER_SAMPLE_FPS,
+            "standing questions": len(args.watch_questions), "frames sampled": final.frames_sampled,
+            "frames dropped": final.frames_dropped, "chunks encoded": final.chunks_encoded,
+            "events": len(events), "events per chunk": round(len(events) / max(final.chunks_encoded, 1), 2),
+            "standing questions ms/chunk p50": median_of("Standing questions (ms, last chunk)"),
+            "prefill ms/chunk p50": median_of("Prefill (ms, last chunk)"),
+            "encode ms/chunk p50": median_of("Encode (ms, last chunk)"),
+            "stream ms per chunk": median_of("Stream time per chunk (ms)")}
+
+
 def main(argv=None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     from streamcache_ros import world  # noqa: PLC0415
@@ -174,8 +227,14 @@ def main(argv=None) -> int:
             answers.append(measure_answers(size, args, live, work))
             print(f"[node_throughput] answers, frame_queue_size {size}: {answers[-1]}", flush=True)
         print(h.table(answers, list(answers[0])))
+    watch = None
+    if "watch" in args.phases:
+        frames = int(args.answer_seconds * CAMERA_FPS)
+        live = bagfile.make_bag(work / "live-watch", frames=frames, fps=CAMERA_FPS, topic=CAM)
+        watch = measure_watch(args, live, work)
+        print(h.table([watch], list(watch)))
     out = h.write_json(args.json, {"machine": h.machine(), "config": {**vars(args), "json": str(args.json)},
-                                   "rows": rows, "answers": answers})
+                                   "rows": rows, "answers": answers, "watch": watch})
     print(f"\nwrote {out}")
     return 0
 

@@ -1,12 +1,19 @@
-"""Check that the docs the repository cites exist and say what is cited.
+"""Check that the docs the repository cites exist and say what is cited, and that the parameter
+tables of docs/interfaces.md are what the node declares.
 
-    python scripts/check_docs.py            (no dependencies; exit code 1 when something is missing)
+    python scripts/check_docs.py            (exit code 1 when something is missing or differs)
+    python scripts/check_docs.py --write    (write the parameter tables into docs/interfaces.md)
 
 - every ``docs/<name>.md`` named anywhere in the tracked files exists, and every section it is cited
   with (``docs/hermes.md §5``, ``docs/hermes.md D9``, ``docs/h2svc.md TC3``,
   ``docs/world-models.md, "One layout"``) is a heading of that page;
 - every relative link and image in README.md and docs/*.md resolves, anchors included;
-- every repository path written in backticks in README.md and docs/*.md exists (generated ones aside).
+- every repository path written in backticks in README.md and docs/*.md exists (generated ones aside);
+- the parameter tables between the two PARAMETERS markers of docs/interfaces.md are the ones made
+  from the node's declarations (node/params.py: its own parameters, the engine's and every policy's
+  settings dataclass, engine/parameters.py) and their descriptors: name, type, range, default,
+  whether it may change at runtime, description. This part imports the package: run it in the
+  project's venv (the other checks need nothing).
 """
 from __future__ import annotations
 
@@ -23,6 +30,10 @@ LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
 TICKED = re.compile(r"`([\w.\-]+(?:/[\w.\-]+)+\.(?:py|md|yaml|png|sh|json|srv|msg|action|txt|cfg|xml))`")
 # made by set-up, colcon or a benchmark run, not kept in the repository
 GENERATED = ("share/", "install/", "bench/results/", "data/", ".venv/")
+INTERFACES = ROOT / "docs" / "interfaces.md"
+PARAMETERS_BEGIN = ("<!-- PARAMETERS: made from the node's declarations by `python scripts/check_docs.py --write`; "
+                    "edit those, not this -->")
+PARAMETERS_END = "<!-- end of PARAMETERS -->"
 SEARCH_ROOTS = ("", "streamcache_ros/", "streamcache_ros/engine/", "streamcache_ros/engine/cache/",
                 "streamcache_ros/engine/adapters/")
 
@@ -55,8 +66,93 @@ def tracked_files() -> list[pathlib.Path]:
     return [ROOT / n for n in names if (ROOT / n).is_file()]
 
 
+def _type(value) -> str:
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int):
+        return "int"
+    if isinstance(value, float):
+        return "double"
+    if isinstance(value, str):
+        return "string"
+    if not value:
+        return "array"  # declared with dynamic typing: no type to infer from []
+    return _type(value[0]) + "[]"
+
+
+def _value(value) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list):
+        return "[" + ", ".join(_value(v) for v in value) + "]"
+    if isinstance(value, str):
+        return f"'{value}'"
+    return repr(value)
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def parameter_tables() -> str:
+    """The tables, from what the node declares: one row per parameter; a policy setting that every
+    policy taking it describes alike is one row naming each ``<policy>.<setting>``."""
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    from streamcache_ros.node import params  # noqa: PLC0415 - needs the venv (rclpy, torch)
+
+    rows: dict[tuple, list[str]] = {}
+    for name, spec in params.all_specs().items():
+        declared = params.descriptor(name, spec)
+        default = params.plain(spec.default)
+        kind = _type(default)
+        for bounds in (*declared.integer_range, *declared.floating_point_range):
+            low, high = bounds.from_value, bounds.to_value
+            kind += f" ≥ {low}" if high in (params.BIG, params.BIG_FLOAT) else f" {low}–{high}"
+        shown = params.SHOWN_DEFAULTS.get(name) or _value(default)
+        policy, _, setting = name.rpartition(".")
+        what = declared.description.removeprefix(f"{policy}: ") if policy else declared.description
+        if declared.additional_constraints == params.RUNTIME_CONSTRAINT:
+            what = f"*runtime*. {what}"
+        rows.setdefault((bool(policy), setting, kind, shown, what), []).append(name)
+    lines = [PARAMETERS_BEGIN, "", "| parameter | type | default | what |", "|---|---|---|---|"]
+    policy_lines = ["", "Each policy's own settings, `<policy>.<setting>` (a general parameter of the same name is the "
+                    "default where the row says so):", "", "| parameter | type | default | what |", "|---|---|---|---|"]
+    for (is_policy, _, kind, shown, what), names in rows.items():
+        row = f"| {', '.join(f'`{n}`' for n in names)} | {kind} | `{_cell(shown)}` | {_cell(what)} |"
+        (policy_lines if is_policy else lines).append(row)
+    return "\n".join(lines + policy_lines + ["", PARAMETERS_END])
+
+
+def parameter_problems(text: str) -> list[str]:
+    """Where ``text`` (docs/interfaces.md) differs from the tables the node's declarations make."""
+    start, end = text.find(PARAMETERS_BEGIN), text.find(PARAMETERS_END)
+    if start < 0 or end < start:
+        return ["docs/interfaces.md: no parameter tables between the PARAMETERS markers"]
+    try:
+        made = parameter_tables().splitlines()
+    except ImportError as err:
+        return [f"cannot make the parameter tables ({err}): run scripts/check_docs.py in the project's venv"]
+    found = text[start:end + len(PARAMETERS_END)].splitlines()
+    if found == made:
+        return []
+    first = next((i for i, (a, b) in enumerate(zip(found, made)) if a != b), min(len(found), len(made)))
+    shown = found[first] if first < len(found) else "(the table ends)"
+    wanted = made[first] if first < len(made) else "(the table ends)"
+    return [f"docs/interfaces.md: the parameter tables differ from the node's declarations (run "
+            f"`python scripts/check_docs.py --write`); first at\n  docs: {shown}\n  node: {wanted}"]
+
+
+def write_parameter_tables() -> None:
+    text = INTERFACES.read_text(encoding="utf-8")
+    start, end = text.index(PARAMETERS_BEGIN), text.index(PARAMETERS_END) + len(PARAMETERS_END)
+    INTERFACES.write_text(text[:start] + parameter_tables() + text[end:], encoding="utf-8")
+
+
 def main() -> int:
-    problems = []
+    if "--write" in sys.argv[1:]:
+        write_parameter_tables()
+    problems = parameter_problems(INTERFACES.read_text(encoding="utf-8"))
     for path in tracked_files():
         try:
             text = path.read_text(encoding="utf-8")

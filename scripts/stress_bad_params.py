@@ -28,7 +28,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 # ROS domains the starts pick from (STREAMCACHE_TEST_DOMAINS, e.g. 60-69: the tests' variable)
 _LOW, _, _HIGH = os.environ.get("STREAMCACHE_TEST_DOMAINS", "10-230").partition("-")
 DOMAINS = (int(_LOW), int(_HIGH or _LOW))
-# name -> the node's arguments; the first is the case seen to crash once (issue 18, item 10)
+# name -> the node's arguments; the first is the case seen to crash once (docs/reliability.md, "Bad configuration")
 CASES = {
     "budget below one frame": ["--ros-args", "-p", "budget_tokens:=1", "-p", "policy:=fifo"],
     "unknown policy": ["--ros-args", "-p", "policy:=nosuch"],

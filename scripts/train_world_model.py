@@ -1,21 +1,27 @@
-"""Train a bundled shape-world model from scratch: a small real Qwen2.5-VL or LLaVA-OneVision.
+"""Train a bundled shape-world model: a small real Qwen2.5-VL or LLaVA-OneVision, in two stages.
 
-    python scripts/train_world_model.py --family qwen2_5_vl --minutes 60
-    python scripts/train_world_model.py --family llava_onevision --minutes 60 --resume
+    python scripts/train_world_model.py --family qwen2_5_vl --vision-minutes 20 --minutes 100
+    python scripts/train_world_model.py --family llava_onevision --init-from <model folder> --resume
+
+1. **vision** (docs/world-models.md "Vision first"): the vision tower and projector alone, on single
+   frames against dense per-frame targets (each half's shape and colour, the count), through a
+   linear head that is thrown away afterwards. Its result is kept in <work>/vision/ on its own.
+2. **streams**: the whole model on seeded world streams (streamcache_ros/world.py) laid out exactly
+   as the Session asks them (engine/layout.py, engine/training.py): chunks of 8 frames at 1 fps,
+   questions after any number of frames, each seeing the stream as it was when asked, a share of
+   them over a time window (masked as a windowed ask is). The target is the right option's words,
+   then the end-of-turn token. The frame targets stay on as an auxiliary loss.
 
 The model is built from the real transformers config classes with a tokenizer that holds the
-world's words, then trained on seeded world streams (streamcache_ros/world.py) laid out exactly as
-the Session asks them (engine/layout.py, engine/training.py): chunks of 8 frames at 1 fps,
-questions after any number of frames, several questions per stream, each seeing the stream as it
-was when asked. The target is the right option's words, then the end-of-turn token.
+world's words, or taken from --init-from (a model folder this script wrote: its weights, tokenizer
+and processor). A log line (loss, held-out accuracy) goes to <work>/train.log; checkpoints to
+<work>/vision.pt and <work>/checkpoint.pt every few minutes, from which --resume continues. The
+finished model is written with save_pretrained to --out.
 
-A log line (loss, held-out accuracy) goes to <work>/train.log; a checkpoint to <work>/checkpoint.pt
-every few minutes, from which --resume continues (same seed, same stream order). The finished model
-is written with save_pretrained to --out. Deterministic for a given seed and thread count.
-
---minutes is CPU time: the run stops once the process has used minutes x --threads CPU-minutes
-(60 minutes on 2 cores = 120 CPU-minutes), so other work on the machine does not shorten training.
-Wall time is logged beside it.
+Budgets are CPU time: a stage stops once the process has used minutes x --threads CPU-minutes, so
+other work on the machine does not shorten training; --wall-minutes caps the whole run's wall time
+as well (the learning-rate schedule follows whichever budget runs out first). --device cuda trains
+on a GPU (budgets then count wall minutes).
 """
 from __future__ import annotations
 
@@ -36,7 +42,8 @@ sys.path.insert(0, str(ROOT))
 from streamcache_ros import world  # noqa: E402
 from streamcache_ros.engine.adapters import MODEL_SETTINGS_FILE, load_adapter  # noqa: E402
 from streamcache_ros.engine.cache.hermes_rules import GLOBAL_PROMPT, LOCAL_PROMPT  # noqa: E402
-from streamcache_ros.engine.layout import question_prompt  # noqa: E402
+from streamcache_ros.engine.frame_targets import FrameHead, frame_loss, frame_targets, pooled_halves  # noqa: E402
+from streamcache_ros.engine.layout import question_prompt, stream_chunks, unit_members  # noqa: E402
 from streamcache_ros.engine.training import AskedQuestion, example_loss, lay_out_example  # noqa: E402
 
 FAMILIES = ("qwen2_5_vl", "llava_onevision")
@@ -165,6 +172,7 @@ def _write_json(path: pathlib.Path, obj: dict) -> None:
 
 # -- the data ----------------------------------------------------------------------------------------
 TRAINED_KINDS = world.OPTION_KINDS
+WINDOW_SHARE = 0.4  # of a stream's questions, asked over a time window
 
 
 def stream_length(rng: np.random.Generator, progress: float) -> int:
@@ -176,8 +184,38 @@ def stream_length(rng: np.random.Generator, progress: float) -> int:
     return int(np.exp(rng.uniform(np.log(4), np.log(longest + 1))))
 
 
-def sample_example(seed: int, progress: float, questions_per_stream: int = 12):
-    """(frames, questions) of one seeded training stream."""
+def stream_units(length: int, points: list[int], frames_per_unit: int) -> list[tuple[int, ...]]:
+    """The frames of every stream unit, in order, when questions are asked after ``points`` frames
+    (the Session's chunks and units: layout.stream_chunks, layout.unit_members)."""
+    units = []
+    for chunk in stream_chunks(length, points, CHUNK_FRAMES):
+        units += [tuple(chunk[i] for i in members) for members in unit_members(len(chunk), frames_per_unit)]
+    return units
+
+
+def random_window(rng: np.random.Generator, units: list[tuple[int, ...]], frames_per_unit: int) -> tuple[int, int]:
+    """A window (first frame, last frame) made of whole units, of the kinds a robot and the when
+    search ask: one chunk's frames (standing questions), from some time up to now, one unit or two
+    (the when timeline), or any stretch."""
+    count = len(units)
+    r = rng.random()
+    if r < 0.35:
+        length = min(count, CHUNK_FRAMES // frames_per_unit)
+    elif r < 0.6:
+        first = int(rng.integers(count))
+        return units[first][0], units[-1][-1]
+    elif r < 0.8:
+        length = min(count, int(rng.integers(1, 3)))
+    else:
+        length = int(np.exp(rng.uniform(0, np.log(count + 1))))
+        length = max(1, min(count, length))
+    first = int(rng.integers(count - length + 1))
+    return units[first][0], units[first + length - 1][-1]
+
+
+def sample_example(seed: int, progress: float, frames_per_unit: int, questions_per_stream: int = 12):
+    """(frames, questions, the world's questions) of one seeded training stream; about
+    WINDOW_SHARE of the questions are asked over a time window."""
     rng = np.random.default_rng((seed, 7))
     length = stream_length(rng, progress)
     look = world.random_look(rng)
@@ -190,29 +228,321 @@ def sample_example(seed: int, progress: float, questions_per_stream: int = 12):
                                one_object_first=float(rng.uniform(0.5, 0.9)))
     points = stream.question_points()
     chosen = sorted(set(fixed) | set(int(p) for p in rng.choice(points, size=min(4, len(points)), replace=False)))
-    pool = [q for n in chosen for q in stream.questions(n, rng, TRAINED_KINDS)]
+    plain = [q for n in chosen for q in stream.questions(n, rng, TRAINED_KINDS)]
+    units = stream_units(length, chosen, frames_per_unit)
+    windowed = []
+    for n in chosen:
+        before = [u for u in units if u[-1] < n]
+        for _ in range(2):
+            first, last = random_window(rng, before, frames_per_unit)
+            # seen is what a window is asked most (the when search, standing questions)
+            kinds = ("seen",) if rng.random() < 0.5 else world.WINDOW_KINDS
+            windowed += stream.window_questions(n, first, last, rng, kinds)
     # long-memory and rarer kinds are worth more than another now_count
-    weights = np.asarray([0.5 if q.kind in ("now_count",) else 1.0 for q in pool])
-    take = rng.choice(len(pool), size=min(questions_per_stream, len(pool)), replace=False, p=weights / weights.sum())
-    asked = [pool[i] for i in sorted(take)]
+    want_windowed = min(len(windowed), int(round(WINDOW_SHARE * questions_per_stream)))
+    asked = (_pick(rng, windowed, want_windowed)
+             + _pick(rng, plain, min(len(plain), questions_per_stream - want_windowed)))
+    asked.sort(key=lambda q: q.after_frames)
     frames = [stream.frame(i) for i in range(length)]
-    return frames, [AskedQuestion(q.after_frames, q.text, q.options, q.answer) for q in asked], asked
+    return frames, [AskedQuestion(q.after_frames, q.text, q.options, q.answer, q.window) for q in asked], asked
 
 
-# -- training ----------------------------------------------------------------------------------------
+def _pick(rng: np.random.Generator, pool: list, count: int) -> list:
+    if not count:
+        return []
+    weights = np.asarray([0.5 if q.kind == "now_count" else 1.0 for q in pool])
+    return [pool[i] for i in rng.choice(len(pool), size=count, replace=False, p=weights / weights.sum())]
+
+
+def label(question) -> str:
+    """A question's kind as the log reports it: windowed questions apart."""
+    return f"{question.kind}@window" if question.window else question.kind
+
+
+class FramePool:
+    """Single world frames, preprocessed, with their targets, drawn over the whole range of looks;
+    a few are replaced by fresh ones every step, so the pool never goes stale."""
+
+    def __init__(self, adapter, seed: int, size: int):
+        self.adapter, self.seed, self.size = adapter, seed, size
+        self.rng = np.random.default_rng((seed, 3))
+        self.drawn = 0
+        self.items = [self._draw() for _ in range(size)]
+
+    def _draw(self):
+        self.drawn += 1
+        rng = np.random.default_rng((self.seed, self.drawn))
+        stream = world.make_stream(self.seed + self.drawn, 16, look=world.random_look(rng),
+                                   one_object_first=float(rng.uniform(0.3, 0.9)))
+        index = int(rng.integers(len(stream)))
+        frame = stream.frame(index)
+        targets = frame_targets(stream.truth[index], stream.look.width, world.SHAPES, world.COLOUR_NAMES)
+        return frame, targets
+
+    def batch(self, count: int, refresh: int = 4):
+        for slot in self.rng.choice(self.size, size=refresh, replace=False):
+            self.items[slot] = self._draw()
+        picked = [self.items[i] for i in self.rng.choice(self.size, size=count, replace=False)]
+        return [f for f, _ in picked], [t for _, t in picked]
+
+
+def new_frame_head(adapter) -> FrameHead:
+    return FrameHead(adapter.text_config.hidden_size, len(world.SHAPES), len(world.COLOUR_NAMES)).to(adapter.device)
+
+
+# -- the budget ---------------------------------------------------------------------------------------
+class Budget:
+    """How far a stage is: CPU-seconds used against its budget (wall seconds on a GPU), capped by
+    the run's wall deadline. Resumable: ``used`` is saved in the checkpoint."""
+
+    def __init__(self, seconds: float, used: float, on_gpu: bool, deadline: float | None):
+        self.seconds, self.on_gpu, self.deadline = seconds, on_gpu, deadline
+        self.stage_start = time.time()
+        self._clock_start = self._clock() - used
+        self._wall_left_at_start = (deadline - time.time()) if deadline else None
+
+    def _clock(self) -> float:
+        return time.perf_counter() if self.on_gpu else time.process_time()
+
+    @property
+    def used(self) -> float:
+        return self._clock() - self._clock_start
+
+    @property
+    def progress(self) -> float:
+        done = self.used / self.seconds if self.seconds > 0 else 1.0
+        if self.deadline is not None:
+            span = max(self._wall_left_at_start, 1e-9)
+            done = max(done, (time.time() - self.stage_start) / span)
+        return min(done, 1.0)
+
+
+def lr_at(peak: float, step: int, progress: float, warmup: int = 100) -> float:
+    return peak * min(1.0, (step + 1) / warmup) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
+
+
+# -- evaluation --------------------------------------------------------------------------------------
 def evaluate(adapter, seeds: list[int]) -> dict:
     adapter.model.eval()
     per_kind: dict[str, list[bool]] = {}
     with torch.no_grad():
         for seed in seeds:
-            frames, asked, raw = sample_example(seed, 1.0)
+            frames, asked, raw = sample_example(seed, 1.0, adapter.frames_per_unit)
             _, correct = example_loss(adapter, lay_out_example(adapter, frames, asked, CHUNK_FRAMES))
             for q, ok in zip(raw, correct):
-                per_kind.setdefault(q.kind, []).append(ok)
+                per_kind.setdefault(label(q), []).append(ok)
     adapter.model.train()
     total = [ok for oks in per_kind.values() for ok in oks]
-    return {"accuracy": float(np.mean(total)) if total else 0.0,
+    return {"accuracy": round(float(np.mean(total)), 4) if total else 0.0,
             **{k: round(float(np.mean(v)), 3) for k, v in sorted(per_kind.items())}}
+
+
+def evaluate_frames(adapter, head: FrameHead, pool: FramePool) -> dict:
+    """The frame head's reading of held-out frames (a pool of its own seeds)."""
+    adapter.model.eval()
+    with torch.no_grad():
+        frames, targets = zip(*pool.items)
+        right: dict[str, list[float]] = {}
+        for start in range(0, len(frames), 64):
+            _, r = frame_loss(head, pooled_halves(adapter, list(frames[start:start + 64])), list(targets[start:start + 64]))
+            for k, v in r.items():
+                right.setdefault(k, []).append(v)
+    adapter.model.train()
+    return {k: round(float(np.mean(v)), 3) for k, v in right.items()}
+
+
+# -- the stages --------------------------------------------------------------------------------------
+class Run:
+    def __init__(self, args, adapter, work: pathlib.Path):
+        self.args, self.adapter, self.work = args, adapter, work
+        self.log = open(work / "train.log", "a", encoding="utf-8")
+        self.on_gpu = adapter.device.type == "cuda"
+        self.deadline = time.time() + args.wall_minutes * 60 if args.wall_minutes else None
+
+    def write(self, record: dict) -> None:
+        line = json.dumps(record)
+        self.log.write(line + "\n")
+        self.log.flush()
+        print(line, flush=True)
+
+    def budget(self, minutes: float, used: float) -> Budget:
+        seconds = minutes * 60 * (1 if self.on_gpu else self.args.threads)
+        return Budget(seconds, used, self.on_gpu, self.deadline)
+
+
+def vision_stage(run: Run) -> None:
+    """The vision tower and projector on single frames; the language model waits."""
+    args, adapter, work = run.args, run.adapter, run.work
+    model = adapter.model
+    vision = [p for name, p in model.named_parameters() if _is_vision(name)]
+    head = new_frame_head(adapter)
+    params = vision + list(head.parameters())
+    optimizer = torch.optim.AdamW(params, lr=args.vision_lr, weight_decay=0.01, betas=(0.9, 0.99))
+    state = {"step": 0, "used": 0.0}
+    checkpoint = work / "vision.pt"
+    if args.resume and checkpoint.exists():
+        saved = torch.load(checkpoint, weights_only=False, map_location=adapter.device)
+        model.load_state_dict(saved["model"])
+        head.load_state_dict(saved["head"])
+        optimizer.load_state_dict(saved["optimizer"])
+        state = saved["state"]
+    budget = run.budget(args.vision_minutes, state["used"])
+    pool = FramePool(adapter, TRAIN_SEED + 50_000_000 + args.seed * 1_000_000, 4096)
+    held_out = FramePool(adapter, HELD_OUT_SEED + 50_000_000, 512)
+    run.write({"event": "vision start", "params": sum(p.numel() for p in vision), **state,
+               "held_out": evaluate_frames(adapter, head, held_out)})
+    model.train()
+    last_save = last_eval = time.perf_counter()
+    losses, rights = [], []
+
+    def save():
+        state["used"] = budget.used
+        torch.save({"model": model.state_dict(), "head": head.state_dict(), "optimizer": optimizer.state_dict(),
+                    "state": state}, checkpoint)
+
+    while budget.progress < 1.0:
+        lr = lr_at(args.vision_lr, state["step"], budget.progress, warmup=50)
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        frames, targets = pool.batch(args.frame_batch)
+        loss, right = frame_loss(head, pooled_halves(adapter, frames), targets)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        optimizer.step()
+        state["step"] += 1
+        losses.append(loss.item())
+        rights.append(right)
+        if state["step"] % 50 == 0:
+            run.write({"stage": "vision", "step": state["step"], "cpu_minutes": round(budget.used / 60, 2),
+                       "lr": round(lr, 6), "loss": round(float(np.mean(losses)), 4),
+                       **{f"train_{k}": round(float(np.mean([r[k] for r in rights])), 3) for k in rights[0]}})
+            losses, rights = [], []
+        now = time.perf_counter()
+        if now - last_eval > args.eval_every * 60:
+            run.write({"stage": "vision", "step": state["step"], "held_out": evaluate_frames(adapter, head, held_out)})
+            last_eval = time.perf_counter()
+        if now - last_save > 180:
+            save()
+            last_save = now
+    save()
+    final = evaluate_frames(adapter, head, held_out)
+    run.write({"event": "vision done", "step": state["step"], "cpu_minutes": round(budget.used / 60, 2),
+               "held_out": final})
+    save_model(adapter, work / "init", work / "vision", {"stage": "vision", "steps": state["step"],
+                                                         "held_out_frames": final})
+    torch.save(head.state_dict(), work / "vision" / "frame_head.pt")
+
+
+def _is_vision(name: str) -> bool:
+    """The vision tower and the projector (Qwen: model.visual with its merger; LLaVA: the SigLIP
+    tower and multi_modal_projector)."""
+    return any(part in name for part in ("visual.", "vision_tower.", "multi_modal_projector."))
+
+
+def streams_stage(run: Run, head: FrameHead) -> dict:
+    args, adapter, work = run.args, run.adapter, run.work
+    model = adapter.model
+    model.train()
+    params = [p for p in model.parameters() if p.requires_grad] + list(head.parameters())
+    optimizer = torch.optim.AdamW(params, lr=args.lr, weight_decay=0.01, betas=(0.9, 0.99))
+    state = {"step": 0, "streams": 0, "used": 0.0}
+    checkpoint = work / "checkpoint.pt"
+    if args.resume and checkpoint.exists():
+        saved = torch.load(checkpoint, weights_only=False, map_location=adapter.device)
+        model.load_state_dict(saved["model"])
+        head.load_state_dict(saved["head"])
+        optimizer.load_state_dict(saved["optimizer"])
+        state = saved["state"]
+        run.write({"event": "streams resumed", **state})
+    budget = run.budget(args.minutes, state["used"])
+    held_out = [HELD_OUT_SEED + i for i in range(args.eval_streams)]
+    pool = FramePool(adapter, TRAIN_SEED + 60_000_000 + args.seed * 1_000_000, 1024) if args.aux_frames else None
+    run.write({"event": "streams start", "family": args.family, "seed": args.seed, "threads": args.threads,
+               "params": sum(p.numel() for p in model.parameters()), **state})
+    last_save = last_eval = time.perf_counter()
+    losses, hits, aux = [], [], []
+
+    def save():
+        state["used"] = budget.used
+        torch.save({"model": model.state_dict(), "head": head.state_dict(), "optimizer": optimizer.state_dict(),
+                    "state": state}, checkpoint)
+
+    while budget.progress < 1.0:
+        progress = budget.progress
+        lr = lr_at(args.lr, state["step"], progress)
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        optimizer.zero_grad(set_to_none=True)
+        for _ in range(args.accumulate):
+            seed = TRAIN_SEED + args.seed * 10_000_000 + state["streams"]
+            state["streams"] += 1
+            try:
+                frames, asked, _ = sample_example(seed, progress, adapter.frames_per_unit)
+                example = lay_out_example(adapter, frames, asked, CHUNK_FRAMES)
+            except Exception as err:  # noqa: BLE001 - one bad stream must not end an hour's run
+                run.write({"step": state["step"], "skipped_stream": seed, "error": f"{type(err).__name__}: {err}"})
+                continue
+            loss, correct = example_loss(adapter, example)
+            (loss / args.accumulate).backward()
+            losses.append(loss.item())
+            hits += correct
+        if pool is not None:  # the frame targets stay on, so the tokens keep what vision first taught
+            frames, targets = pool.batch(args.aux_frames, refresh=2)
+            frame_part, _ = frame_loss(head, pooled_halves(adapter, frames), targets)
+            (args.aux_weight * frame_part).backward()
+            aux.append(frame_part.item())
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        optimizer.step()
+        state["step"] += 1
+        if state["step"] % 20 == 0:
+            run.write({"stage": "streams", "step": state["step"], "cpu_minutes": round(budget.used / 60, 2),
+                       "wall_minutes": round((time.time() - budget.stage_start) / 60, 2), "lr": round(lr, 6),
+                       "loss": round(float(np.mean(losses)), 4), "frame_loss": round(float(np.mean(aux)), 4) if aux else None,
+                       "train_accuracy": round(float(np.mean(hits)), 3)})
+            losses, hits, aux = [], [], []
+        now = time.perf_counter()
+        if now - last_eval > args.eval_every * 60:
+            run.write({"stage": "streams", "step": state["step"], "held_out": evaluate(adapter, held_out)})
+            last_eval = time.perf_counter()
+        if now - last_save > 180:
+            save()
+            last_save = now
+    save()
+    final = evaluate(adapter, held_out)
+    run.write({"event": "streams done", "step": state["step"], "cpu_minutes": round(budget.used / 60, 2),
+               "held_out": final})
+    return {"steps": state["step"], "streams": state["streams"], "cpu_minutes": round(budget.used / 60, 1),
+            "held_out": final}
+
+
+def save_model(adapter, source: pathlib.Path, out: pathlib.Path, record: dict) -> None:
+    """The model with save_pretrained, the rest of ``source``'s folder beside it (tokenizer, whose
+    config names the end-of-turn token; processor; the node's settings), and ``record``."""
+    adapter.model.eval()
+    out.mkdir(parents=True, exist_ok=True)
+    adapter.model.save_pretrained(out, safe_serialization=True)
+    written_by_save = {"model.safetensors", "config.json", "generation_config.json", "training.json"}
+    for name in os.listdir(source):
+        if name not in written_by_save and (source / name).is_file():
+            (out / name).write_bytes((source / name).read_bytes())
+    _write_json(out / "training.json", record)
+    adapter.model.train()
+
+
+def prepare_init(args, init_dir: pathlib.Path) -> None:
+    """The starting model: --init-from's folder (weights, tokenizer, processor, settings; what the
+    node learned about it before, the H2SVC profile and evidence layers, is not carried over), or a
+    new model from the config classes."""
+    if init_dir.exists() and args.resume:
+        return
+    if args.init_from:
+        init_dir.mkdir(parents=True, exist_ok=True)
+        for name in os.listdir(args.init_from):
+            if name not in ("h2svc_head_map.json", "evidence_layers.json", "training.json"):
+                (init_dir / name).write_bytes((args.init_from / name).read_bytes())
+    else:
+        build_model(args.family, init_dir, args.seed)
 
 
 def main() -> None:
@@ -221,107 +551,54 @@ def main() -> None:
     parser.add_argument("--out", type=pathlib.Path, help="where the finished model goes "
                         "(default: the bundled models folder)")
     parser.add_argument("--work", type=pathlib.Path, help="log and checkpoint folder (default: data/train-<family>)")
-    parser.add_argument("--minutes", type=float, default=60.0, help="training time, resumed runs included")
+    parser.add_argument("--init-from", type=pathlib.Path, help="start from this model folder instead of new weights")
+    parser.add_argument("--stages", default="vision,streams", help="which stages run, in order")
+    parser.add_argument("--vision-minutes", type=float, default=20.0, help="vision stage: CPU-minutes per thread")
+    parser.add_argument("--minutes", type=float, default=100.0, help="streams stage: CPU-minutes per thread")
+    parser.add_argument("--wall-minutes", type=float, default=None, help="a cap on the whole run's wall time")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--vision-lr", type=float, default=1e-3)
+    parser.add_argument("--frame-batch", type=int, default=64, help="vision stage: frames per step")
     parser.add_argument("--lr", type=float, default=3e-4,
-                        help="peak learning rate (2e-3 never learned to read the frames in a trial here)")
+                        help="streams: peak learning rate (2e-3 never learned to read the frames in a trial here)")
     parser.add_argument("--accumulate", type=int, default=2, help="streams per optimizer step")
-    parser.add_argument("--eval-every", type=float, default=5.0, help="minutes between held-out evaluations")
+    parser.add_argument("--aux-frames", type=int, default=16, help="streams: frames per step for the frame targets")
+    parser.add_argument("--aux-weight", type=float, default=0.5)
+    parser.add_argument("--eval-every", type=float, default=10.0, help="minutes between held-out evaluations")
     parser.add_argument("--eval-streams", type=int, default=24)
     parser.add_argument("--resume", action="store_true")
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--cpu-per-wall", type=float, default=None,
-                        help="resuming a checkpoint that predates CPU accounting: CPU cores it used on average")
+    parser.add_argument("--device", default="cpu", help="cpu or cuda")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    stages = [s.strip() for s in args.stages.split(",") if s.strip()]
+    if not stages or any(s not in ("vision", "streams") for s in stages):
+        parser.error(f"--stages takes vision and/or streams, got '{args.stages}'")
     out = args.out or ROOT / "streamcache_ros" / "models" / BUNDLED_NAMES[args.family]
     work = args.work or ROOT / "data" / f"train-{args.family}"
     work.mkdir(parents=True, exist_ok=True)
-    init_dir, checkpoint, log_path = work / "init", work / "checkpoint.pt", work / "train.log"
-    if not args.resume or not checkpoint.exists():
-        build_model(args.family, init_dir, args.seed)
-    adapter = load_adapter(str(init_dir), device="cpu", dtype="float32")
-    model = adapter.model
-    model.train()
-    params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(params, lr=args.lr, weight_decay=0.01, betas=(0.9, 0.99))
-    state = {"step": 0, "elapsed": 0.0, "streams": 0, "cpu_seconds": 0.0}
-    if args.resume and checkpoint.exists():
-        saved = torch.load(checkpoint, weights_only=False)
-        model.load_state_dict(saved["model"])
-        optimizer.load_state_dict(saved["optimizer"])
-        state = saved["state"]
-        if "cpu_seconds" not in state:  # wall-clock accounting before: all cores busy, unless measured
-            state["cpu_seconds"] = state["elapsed"] * (args.cpu_per_wall or args.threads)
-        print(f"resumed at step {state['step']} after {state['cpu_seconds'] / 60:.1f} CPU-min", flush=True)
-    budget = args.minutes * 60 * args.threads  # CPU-seconds
-    held_out = [HELD_OUT_SEED + i for i in range(args.eval_streams)]
-    log = open(log_path, "a", encoding="utf-8")
-
-    def write(record: dict) -> None:
-        line = json.dumps(record)
-        log.write(line + "\n")
-        log.flush()
-        print(line, flush=True)
-
-    write({"event": "start", "family": args.family, "seed": args.seed, "threads": args.threads,
-           "params": sum(p.numel() for p in params), **state})
-    started = time.perf_counter() - state["elapsed"]
-    cpu_started = time.process_time() - state["cpu_seconds"]
-    last_save = last_eval = time.perf_counter()
-    losses, hits = [], []
-    while True:
-        state["cpu_seconds"] = time.process_time() - cpu_started
-        if state["cpu_seconds"] >= budget:
-            break
-        progress = state["cpu_seconds"] / budget
-        lr = args.lr * min(1.0, (state["step"] + 1) / 100) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
-        for group in optimizer.param_groups:
-            group["lr"] = lr
-        optimizer.zero_grad(set_to_none=True)
-        for _ in range(args.accumulate):
-            seed = TRAIN_SEED + args.seed * 10_000_000 + state["streams"]
-            state["streams"] += 1
-            try:
-                frames, asked, _ = sample_example(seed, progress)
-                example = lay_out_example(adapter, frames, asked, CHUNK_FRAMES)
-            except Exception as err:  # noqa: BLE001 - one bad stream must not end an hour's run
-                write({"step": state["step"], "skipped_stream": seed, "error": f"{type(err).__name__}: {err}"})
-                continue
-            loss, correct = example_loss(adapter, example)
-            (loss / args.accumulate).backward()
-            losses.append(loss.item())
-            hits += correct
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        optimizer.step()
-        state["step"] += 1
-        state["elapsed"] = time.perf_counter() - started
-        if state["step"] % 20 == 0:
-            write({"step": state["step"], "minutes": round(state["elapsed"] / 60, 2),
-                   "cpu_minutes": round(state["cpu_seconds"] / 60, 2), "lr": round(lr, 6),
-                   "loss": round(float(np.mean(losses)), 4), "train_accuracy": round(float(np.mean(hits)), 3)})
-            losses, hits = [], []
-        now = time.perf_counter()
-        if now - last_eval > args.eval_every * 60:
-            write({"step": state["step"], "minutes": round(state["elapsed"] / 60, 2), "held_out": evaluate(adapter, held_out)})
-            last_eval = time.perf_counter()
-        if now - last_save > 180:
-            torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "state": state}, checkpoint)
-            last_save = now
-    torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "state": state}, checkpoint)
-    final = evaluate(adapter, held_out)
-    write({"event": "done", "step": state["step"], "minutes": round(state["elapsed"] / 60, 2), "held_out": final})
-    model.eval()
-    out.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(out, safe_serialization=True)
-    written_by_save = {"model.safetensors", "config.json", "generation_config.json"}
-    for name in os.listdir(init_dir):  # tokenizer (its config names the end-of-turn token), processor, settings
-        if name not in written_by_save:
-            (out / name).write_bytes((init_dir / name).read_bytes())
-    _write_json(out / "training.json", {"family": args.family, "seed": args.seed, "steps": state["step"],
-                                        "streams": state["streams"], "wall_minutes": round(state["elapsed"] / 60, 1),
-                                        "cpu_minutes": round(state["cpu_seconds"] / 60, 1),
-                                        "threads": args.threads, "held_out": final})
+    init_dir = work / "init"
+    prepare_init(args, init_dir)
+    vision_dir = work / "vision"
+    vision_done = (vision_dir / "frame_head.pt").exists()
+    start_dir = vision_dir if ("vision" not in stages or vision_done) and vision_dir.exists() else init_dir
+    adapter = load_adapter(str(start_dir), device=args.device, dtype="float32")
+    run = Run(args, adapter, work)
+    run.write({"event": "start", "stages": stages, "from": str(start_dir), "device": str(adapter.device)})
+    if "vision" in stages and not vision_done:
+        vision_stage(run)
+    if "streams" not in stages:
+        return
+    head = new_frame_head(adapter)
+    if (vision_dir / "frame_head.pt").exists():
+        head.load_state_dict(torch.load(vision_dir / "frame_head.pt", map_location=adapter.device))
+    record = streams_stage(run, head)
+    vision_record = {}
+    if (vision_dir / "training.json").exists():
+        vision_record = json.loads((vision_dir / "training.json").read_text())
+    save_model(adapter, init_dir, out, {"family": args.family, "seed": args.seed, "threads": args.threads,
+                                        "device": str(adapter.device), "init_from": str(args.init_from or "new"),
+                                        "vision": vision_record, "streams": record})
     print(f"wrote {out}", flush=True)
 
 

@@ -34,21 +34,29 @@ SHAPES = ("circle", "square", "triangle")
 ENCODINGS = ("rgb8", "bgr8", "jpeg")
 NAMED_SIZES = ((160, 120), (320, 240), (640, 480), (1280, 720))
 
-QUESTION_KINDS = ("now_color", "now_count", "first_color", "first_shape", "seen", "before_color", "moved",
-                  "last_seen")
-# last_seen is answered from the evidence stamps, not from an option (docs/world.md)
-OPTION_KINDS = QUESTION_KINDS[:-1]
-LONG_MEMORY_KINDS = ("first_color", "first_shape", "seen", "last_seen")
+# now_shape last: a kind added later leaves the questions drawn for the earlier kinds as they were
+OPTION_KINDS = ("now_color", "now_count", "first_color", "first_shape", "seen", "before_color", "moved",
+                "now_shape")
+# last_seen and first_seen are answered through the when search, not from an option (docs/world.md)
+QUESTION_KINDS = OPTION_KINDS + ("last_seen", "first_seen")
+LONG_MEMORY_KINDS = ("first_color", "first_shape", "seen", "last_seen", "first_seen")
+# the kinds a time window can carry: what the window's own frames hold decides them (docs/world.md
+# "Windows"); before_color and moved need events that a window may cut in half
+WINDOW_KINDS = ("seen", "now_color", "now_count", "now_shape", "first_color", "first_shape")
 QUESTION_TEXT = {
     "now_color": "What color is the {shape} now?",
     "now_count": "How many objects are in view now?",
+    "now_shape": "What shape is the {colour} object now?",
     "first_color": "What color was the first object you saw?",
     "first_shape": "What shape was the first object you saw?",
     "seen": "Did you see a {colour} {shape}?",
     "before_color": "What color was the {shape} before it changed color?",
     "moved": "Which way did the {colour} {shape} move?",
     "last_seen": "When did you last see the {colour} {shape}?",
+    "first_seen": "When did you first see the {colour} {shape}?",
 }
+# the yes/no question the when search asks for last_seen and first_seen (docs/world.md)
+SEEN_PROBE = "Did you see a {colour} {shape}?"
 STABLE_FRAMES = 4  # a state lasts at least this long; the last 4 frames before a question are one state
 FRAME_PERIOD_S = 1.0
 
@@ -101,7 +109,11 @@ class Question:
     answer_index: int  # the true option; -1 for last_seen (no options)
     after_frames: int  # asked once this many frames of the stream are in
     evidence_frames: list[int] = field(default_factory=list)  # frames that show the answer
-    answer_frame: int = -1  # last_seen: the last frame the identity was in view
+    answer_frame: int = -1  # last_seen / first_seen: the last / first frame the identity was in view
+    probe: str = ""  # last_seen / first_seen: the yes/no question the when search asks
+    # a time window (frame indices, both inside): the question is answered as if the stream were
+    # these frames (docs/world.md "Windows"); None: the whole stream so far
+    window: tuple[int, int] | None = None
 
     @property
     def answer(self) -> str:
@@ -110,7 +122,9 @@ class Question:
     def to_dict(self) -> dict:
         return {"kind": self.kind, "text": self.text, "options": list(self.options),
                 "answer_index": self.answer_index, "answer": self.answer, "after_frames": self.after_frames,
-                "evidence_frames": list(self.evidence_frames), "answer_frame": self.answer_frame}
+                "evidence_frames": list(self.evidence_frames), "answer_frame": self.answer_frame,
+                "probe": self.probe,
+                "window": list(self.window) if self.window else None}
 
 
 @dataclass(frozen=True)
@@ -234,6 +248,38 @@ class WorldStream:
 
     def identity_frames(self, identity: tuple[str, str], n: int) -> list[int]:
         return [i for i in range(n) if any(v.identity == identity for v in self.truth[i])]
+
+    # -- windows -----------------------------------------------------------------------------------
+    def window_view(self, first: int, last: int) -> WorldStream:
+        """Frames ``first`` .. ``last`` as a stream of their own, the events wholly inside re-indexed:
+        what a question over that window is answered from (docs/world.md "Windows")."""
+        if not 0 <= first <= last < len(self):
+            raise ValueError(f"window {first}..{last} outside the stream's {len(self)} frames")
+        moves = [Move(m.obj, m.identity, m.direction, m.first_frame - first, m.last_frame - first)
+                 for m in self.moves if first <= m.first_frame and m.last_frame <= last]
+        recolours = [Recolour(r.obj, r.shape, r.before, r.after, r.frame - first)
+                     for r in self.recolours if first < r.frame <= last]
+        return WorldStream(self.seed, self.look, self.truth[first:last + 1], moves, recolours, self._jitter,
+                           self.stamp(first))
+
+    def window_questions(self, n: int, first: int, last: int, rng: np.random.Generator,
+                         kinds=WINDOW_KINDS) -> list[Question]:
+        """Questions asked after ``n`` frames over the window of frames ``first`` .. ``last``: one of
+        each kind in ``kinds`` whose precondition holds over the window's own frames."""
+        if not last < n <= len(self):
+            raise ValueError(f"a window ending at frame {last} asked after {n} frames")
+        view = self.window_view(first, last)
+        out = []
+        for kind in kinds:
+            if kind not in WINDOW_KINDS:
+                raise ValueError(f"'{kind}' cannot be asked over a window (window kinds: {', '.join(WINDOW_KINDS)})")
+            q = ask_seen_in_window(self, n, first, last, rng) if kind == "seen" else ASKERS[kind](view, len(view), rng)
+            if q is None:
+                continue
+            q.after_frames, q.window = n, (first, last)
+            q.evidence_frames = [first + f for f in q.evidence_frames] if kind != "seen" else q.evidence_frames
+            out.append(q)
+        return out
 
 
 def draw_shape(image: np.ndarray, view: ObjectView, colour: np.ndarray) -> None:
@@ -483,6 +529,36 @@ def ask_seen(stream, n, rng):
     return Question("seen", QUESTION_TEXT["seen"].format(colour=colour, shape=shape), options, answer, n, evidence)
 
 
+def ask_now_shape(stream, n, rng):
+    last = _last_frame(stream, n)
+    colours = [c for c in COLOUR_NAMES if sum(v.colour == c for v in last) == 1]
+    if not colours:
+        return None
+    colour = colours[int(rng.integers(len(colours)))]
+    view = next(v for v in last if v.colour == colour)
+    options, answer = _shuffled([view.shape] + [s for s in SHAPES if s != view.shape], rng)
+    return Question("now_shape", QUESTION_TEXT["now_shape"].format(colour=colour), options, answer, n, [n - 1])
+
+
+def ask_seen_in_window(stream, n, first, last, rng):
+    """seen over the window ``first`` .. ``last``: yes when the identity is in view in some frame
+    inside it. Half of the 'no' answers name an identity seen outside the window (before ``n``), so
+    that the window, not the whole stream, decides."""
+    everything = {(s, c) for s in SHAPES for c in COLOUR_NAMES}
+    inside = sorted({v.identity for f in stream.truth[first:last + 1] for v in f})
+    outside = sorted({v.identity for f in stream.truth[:n] for v in f} - set(inside))
+    never = sorted(everything - set(inside) - set(outside))
+    want_yes = bool(inside) and rng.random() < 0.5
+    if want_yes:
+        pool = inside
+    else:
+        pool = outside if outside and (not never or rng.random() < 0.5) else never
+    shape, colour = pool[int(rng.integers(len(pool)))]
+    options, answer = _shuffled(["yes", "no"] if want_yes else ["no", "yes"], rng)
+    evidence = [i for i in range(first, last + 1) if any(v.identity == (shape, colour) for v in stream.truth[i])]
+    return Question("seen", QUESTION_TEXT["seen"].format(colour=colour, shape=shape), options, answer, n, evidence)
+
+
 def ask_before_color(stream, n, rng):
     last = _last_frame(stream, n)
     candidates = []
@@ -525,12 +601,23 @@ def ask_last_seen(stream, n, rng):
     shape, colour = gone[int(rng.integers(len(gone)))]
     frames = stream.identity_frames((shape, colour), n)
     return Question("last_seen", QUESTION_TEXT["last_seen"].format(colour=colour, shape=shape), [], -1, n,
-                    frames, answer_frame=frames[-1])
+                    frames, answer_frame=frames[-1], probe=SEEN_PROBE.format(colour=colour, shape=shape))
+
+
+def ask_first_seen(stream, n, rng):
+    seen = sorted({v.identity for f in stream.truth[:n] for v in f})
+    if not seen:
+        return None
+    shape, colour = seen[int(rng.integers(len(seen)))]
+    frames = stream.identity_frames((shape, colour), n)
+    return Question("first_seen", QUESTION_TEXT["first_seen"].format(colour=colour, shape=shape), [], -1, n,
+                    frames, answer_frame=frames[0], probe=SEEN_PROBE.format(colour=colour, shape=shape))
 
 
 ASKERS = {"now_color": ask_now_color, "now_count": ask_now_count, "first_color": ask_first_color,
           "first_shape": ask_first_shape, "seen": ask_seen, "before_color": ask_before_color,
-          "moved": ask_moved, "last_seen": ask_last_seen}
+          "moved": ask_moved, "now_shape": ask_now_shape, "last_seen": ask_last_seen,
+          "first_seen": ask_first_seen}
 
 
 # -- one fixed stream for whoever needs frames (demo bag, tests, benchmarks) ------------------------

@@ -147,3 +147,42 @@ def states_equal(a, b) -> bool:
     if isinstance(a, (list, tuple)):
         return len(a) == len(b) and all(states_equal(x, y) for x, y in zip(a, b))
     return a == b
+
+
+# -- streamcache_node as a real process (node_procs.py) ----------------------------------------------
+# A test module that runs the node names its namespace NS and defines the fixture ``node`` (the
+# process); these give it a ROS domain of its own, a client of the node and a probe. A module
+# overrides one by defining its own (a ``probe`` that adds to this one takes ``probe`` itself).
+@pytest.fixture(scope="module")
+def domain():
+    """A ROS domain of the module's own (localhost only)."""
+    from node_procs import new_domain  # noqa: PLC0415 - ROS is imported only where a node test runs
+
+    return new_domain()
+
+
+@pytest.fixture(scope="module")
+def client(node, domain, request):
+    """A StreamCacheClient of the module's ``node`` in its namespace ``NS`` (None: the one node found)."""
+    from node_procs import client_of  # noqa: PLC0415
+
+    with client_of(node, domain, request.module.NS) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def probe(domain, client, request):
+    """This test process's own participant (node_procs.Probe), made once the node answers: it collects
+    the node's frame acknowledgements (``acks``), memory statuses (``statuses``) and /diagnostics."""
+    from diagnostic_msgs.msg import DiagnosticArray  # noqa: PLC0415
+    from node_procs import RELIABLE, Probe  # noqa: PLC0415
+    from rclpy.qos import QoSProfile  # noqa: PLC0415
+    from std_msgs.msg import Header  # noqa: PLC0415
+    from streamcache_ros_interfaces.msg import MemoryStatus  # noqa: PLC0415
+
+    p = Probe(domain)
+    p.acks = p.collect(Header, f"{request.module.NS}/frame_acks", RELIABLE)
+    p.statuses = p.collect(MemoryStatus, f"{request.module.NS}/memory_status", RELIABLE)
+    p.diagnostics = p.collect(DiagnosticArray, "/diagnostics", QoSProfile(depth=100))
+    yield p
+    p.close()

@@ -10,7 +10,6 @@ import atexit
 import contextlib
 import os
 import pathlib
-import random
 import shutil
 import signal
 import subprocess
@@ -20,12 +19,17 @@ import threading
 import time
 
 import pytest
+from rclpy.qos import QoSProfile, QoSReliabilityPolicy
 
 from streamcache_ros.client.participant import OwnParticipant
+from streamcache_ros.tools import processes
+from streamcache_ros.tools.processes import descendants, new_domain  # noqa: F401 - the tests import them from here
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 os.environ["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "LOCALHOST"  # this process's own contexts too
 HANG_GUARD_S = 180  # timeouts only guard against hangs: nothing asserts on time
+# what a probe collects a node's frame_acks and memory_status with: bursts of a fast replay fit
+RELIABLE = QoSProfile(depth=1000, reliability=QoSReliabilityPolicy.RELIABLE)
 
 # A shell's background job starts with SIGINT ignored, and SIG_IGN is inherited across exec: every
 # child would then ignore the SIGINT a test stops it with. A handled signal resets to the default
@@ -34,19 +38,9 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
-def new_domain() -> int:
-    """A ROS domain for one test module: random, so parallel runs on one machine do not meet; within
-    ``STREAMCACHE_TEST_DOMAINS`` (e.g. ``60-69``) where other ROS processes use the other domains."""
-    low, _, high = os.environ.get("STREAMCACHE_TEST_DOMAINS", "10-230").partition("-")
-    return random.SystemRandom().randint(int(low), int(high or low))
-
-
 def child_env(domain: int, extra_pythonpath: str | None = None) -> dict:
-    env = dict(os.environ)
-    paths = [p for p in (extra_pythonpath, str(ROOT), env.get("PYTHONPATH")) if p]
-    env.update(PYTHONPATH=os.pathsep.join(paths), ROS_DOMAIN_ID=str(domain), ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST",
-               HF_HUB_OFFLINE="1", TRANSFORMERS_VERBOSITY="error", PYTHONUNBUFFERED="1")
-    return env
+    """The environment of a child on ``domain`` that runs this checkout (``extra_pythonpath`` first)."""
+    return processes.child_env(domain, (extra_pythonpath, str(ROOT)))
 
 
 # every child's log in one folder, removed when the test session ends
@@ -83,14 +77,7 @@ class Proc:
 
     def stop(self, timeout: float = 30.0) -> int:
         """SIGINT (a clean shutdown); SIGKILL to the whole group only when that hangs."""
-        if self.alive():
-            self.popen.send_signal(signal.SIGINT)
-            try:
-                self.popen.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.popen.pid, signal.SIGKILL)
-                self.popen.wait()
-        return self.popen.returncode
+        return processes.stop(self.popen, timeout)
 
     def kill_group(self) -> None:
         try:
@@ -142,6 +129,13 @@ needs_install = pytest.mark.skipif(bool(_NOT_INSTALLED_HERE), reason=f"cannot ru
 def run_launch(domain: int, *args: str) -> Proc:
     """`ros2 launch streamcache_ros <args>` in the background."""
     return Proc(["ros2", "launch", "streamcache_ros", *args], ros2_env(domain))
+
+
+def status_name(namespace: str | None, task: str) -> str:
+    """A /diagnostics status of streamcache_node in ``namespace`` (None or '' = the root): named by
+    the node's fully qualified name, so robots on one domain are told apart."""
+    ns = (namespace or "").strip("/")
+    return f"{'/' + ns if ns else ''}/streamcache_node: {task}"
 
 
 def python_module(module: str, *args: str) -> list[str]:
@@ -199,58 +193,45 @@ class Probe(OwnParticipant):
             if not self.cond.wait_for(predicate, timeout):
                 raise TimeoutError(f"hang guard: no {what} within {timeout} s")
 
+    def call(self, srv_type, name: str, request):
+        """The reply of service ``name`` to ``request``, polled (no message of ours wakes ``cond`` for it)."""
+        service = self.node.create_client(srv_type, name)
+        try:
+            assert service.wait_for_service(timeout_sec=HANG_GUARD_S), f"hang guard: no service {name}"
+            future = service.call_async(request)
+            deadline = time.monotonic() + HANG_GUARD_S  # a hang guard only
+            while not future.done():
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"hang guard: no reply from {name} within {HANG_GUARD_S} s")
+                time.sleep(0.05)
+            return future.result()
+        finally:
+            self.in_spin_thread(self.node.destroy_client, service)
+
     def set_parameter(self, node: str, name: str, value):
-        """``ros2 param set <node> <name> <value>`` through the node's service: its SetParametersResult.
-        The reply is polled (no message of ours wakes ``cond`` for it)."""
+        """``ros2 param set <node> <name> <value>`` through the node's service: its SetParametersResult."""
         from rcl_interfaces.srv import SetParameters  # noqa: PLC0415
         from rclpy.parameter import Parameter  # noqa: PLC0415
 
-        service = self.node.create_client(SetParameters, f"{node}/set_parameters")
-        assert service.wait_for_service(timeout_sec=HANG_GUARD_S)
-        future = service.call_async(SetParameters.Request(parameters=[Parameter(name, value=value).to_parameter_msg()]))
-        deadline = time.monotonic() + HANG_GUARD_S  # a hang guard only
-        while not future.done():
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"hang guard: no set_parameters reply from {node} within {HANG_GUARD_S} s")
-            time.sleep(0.05)
-        return future.result().results[0]
+        request = SetParameters.Request(parameters=[Parameter(name, value=value).to_parameter_msg()])
+        return self.call(SetParameters, f"{node}/set_parameters", request).results[0]
+
+    def get_parameter(self, node: str, name: str):
+        """``ros2 param get <node> <name>`` through the node's service: the value."""
+        from rcl_interfaces.srv import GetParameters  # noqa: PLC0415
+        from rclpy.parameter import parameter_value_to_python  # noqa: PLC0415
+
+        reply = self.call(GetParameters, f"{node}/get_parameters", GetParameters.Request(names=[name]))
+        return parameter_value_to_python(reply.values[0])
 
 
 def stamp_ns(t) -> int:
     return t.sec * 1_000_000_000 + t.nanosec
 
 
-def descendants(pid: int) -> set[int]:
-    """Every living process below ``pid`` (Linux /proc)."""
-    parents = {}
-    for entry in pathlib.Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
-    found, frontier = set(), {pid}
-    while frontier:
-        frontier = {child for child, parent in parents.items() if parent in frontier} - found
-        found |= frontier
-    return found
-
-
-def alive(pid: int) -> bool:
-    try:
-        state = pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
-
-
 def wait_gone(pids) -> list[int]:
     """The pids still alive after the hang guard (empty when every one ended)."""
-    deadline = time.monotonic() + HANG_GUARD_S
-    while any(alive(pid) for pid in pids) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    return [pid for pid in pids if alive(pid)]
+    return processes.wait_gone(pids, HANG_GUARD_S)
 
 
 def stop_and_check_all_gone(proc: Proc, to_group: bool = False) -> None:

@@ -90,7 +90,8 @@ def test_e2e_tiny_writes_ratios(tmp_path):
 
 def test_accuracy_scores_every_policy_at_equal_bytes(tmp_path):
     run_script("accuracy.py", "--model", "tiny-qwen2_5_vl", "--lengths", "32", "--short-streams", "2",
-               "--per-kind", "1", "--max-new-tokens", "3", "--no-node", "--out", str(tmp_path), timeout=900)
+               "--per-kind", "1", "--max-new-tokens", "3", "--windowed", "2", "--hour-streams", "1",
+               "--hour-frames", "48", "--fraction", "0.03", "--no-node", "--out", str(tmp_path), timeout=900)
     data = load(tmp_path / "accuracy-tiny-qwen2_5_vl.json")
     policies = set(data["policies"])
     assert {"full", "fifo", "hermes", "uniform"} <= policies
@@ -101,7 +102,22 @@ def test_accuracy_scores_every_policy_at_equal_bytes(tmp_path):
     assert len({tuple(q) for q in questions.values()}) == 1 and questions["full"]
     assert all(r["correct"] == (r["option_index"] == r["truth"]) for r in records)
     cell = data["summary"]["32|full|full|all"]
+    assert data["fraction"] == 0.03 and "32|1/33|fifo|all" in data["summary"]
     assert cell["n"] == len(questions["full"]) and cell["ci95"][0] <= cell["accuracy"] <= cell["ci95"][1]
+    # time: the when search (right within 2 s of the truth), windowed seen, standing questions per chunk
+    timed = data["time_records"]
+    assert {"last_seen", "first_seen", "seen@8", "watch"} <= {r["kind"] for r in timed}
+    for r in timed:
+        if r["kind"] in ("last_seen", "first_seen"):
+            assert r["correct"] == (r["said_stamp"] is not None and abs(r["said_stamp"] - r["truth_stamp"]) <= 2.0)
+        if r["kind"] == "watch":
+            assert r["correct"] == ((r["yes_probability"] >= 0.5) == r["truth"])
+    # the short "hour": per sixth of it, for the bounded policies, and the full cache computed
+    hour = data["hour"]
+    assert set(hour) == policies - {"h2svc"} | {"full"} or set(hour) == policies | {"full"}
+    assert [row["frames"] for row in hour["fifo"]["rows"]] == [8, 16, 24, 32, 40, 48]
+    assert hour["fifo"]["memory_flat"] and hour["fifo"]["positions_inside"]
+    assert hour["full"]["computed"] and hour["full"]["frames"] == 48
 
 
 @pytest.mark.timeout(600)

@@ -16,7 +16,7 @@ import time
 import py_trees  # in requirements.txt: when missing, the set-up is broken (a failure, not a skip)
 import pytest
 
-from node_procs import HANG_GUARD_S, ROOT, Proc, child_env, client_of, new_domain, replay_lock_step, tiny_node
+from node_procs import HANG_GUARD_S, ROOT, Proc, child_env, client_of, replay_lock_step, tiny_node
 
 from py_trees.common import Status  # noqa: E402
 from streamcache_ros_interfaces.action import Ask as AskAction  # noqa: E402
@@ -42,11 +42,6 @@ bt = load_example()
 
 
 @pytest.fixture(scope="module")
-def domain():
-    return new_domain()
-
-
-@pytest.fixture(scope="module")
 def bag(tmp_path_factory):
     return bagfile.make_bag(tmp_path_factory.mktemp("bags") / "bt", frames=40, fps=2.0, topic=CAM)
 
@@ -55,12 +50,6 @@ def bag(tmp_path_factory):
 def node(domain):
     with Proc(tiny_node(NS, [CAM]), child_env(domain)) as proc:
         yield proc
-
-
-@pytest.fixture(scope="module")
-def client(node, domain):
-    with client_of(node, domain, NS) as c:
-        yield c
 
 
 def example(domain, *args, namespace=NS) -> Proc:

@@ -1,4 +1,4 @@
-"""Camera QoS matched to the publishers (issue 18, item 1; docs/interfaces.md, "QoS"): reliable when
+"""Camera QoS matched to the publishers (docs/interfaces.md, "QoS"): reliable when
 every publisher is reliable, best effort otherwise, checked again as publishers come and go, said in
 the log and the camera's diagnostics; a qos_overrides parameter wins; a 640x480 bag replayed in lock
 step from a reliable publisher reaches the end with no override set (it died at the first frame).
@@ -13,7 +13,7 @@ from sensor_msgs.msg import Image
 
 from std_msgs.msg import Header
 
-from node_procs import Probe, Proc, child_env, client_of, new_domain, replay_lock_step, stamp_ns, tiny_node
+from node_procs import status_name, Probe, Proc, child_env, client_of, replay_lock_step, stamp_ns, tiny_node
 from streamcache_ros.node.cameras import match_reliability
 from streamcache_ros.tools import bagfile
 
@@ -26,11 +26,6 @@ def test_the_rule():
     assert match_reliability([]) == (BEST_EFFORT, "best effort: no publisher yet")
     assert match_reliability([RELIABLE, RELIABLE])[0] == RELIABLE
     assert match_reliability([RELIABLE, BEST_EFFORT]) == (BEST_EFFORT, "best effort: 1 of 2 publisher(s) best effort")
-
-
-@pytest.fixture(scope="module")
-def domain():
-    return new_domain()
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +48,7 @@ def probe(domain, node):
 
 def qos_said(probe, topic, since):
     """The 'QoS reliability' values the camera's diagnostics said since ``since``."""
-    return [kv.value for a in probe.diagnostics[since:] for s in a.status if s.name == f"streamcache_node: camera {topic}"
+    return [kv.value for a in probe.diagnostics[since:] for s in a.status if s.name == status_name(NS, f"camera {topic}")
             for kv in s.values if kv.key == "QoS reliability"]
 
 

@@ -103,7 +103,7 @@ def feed(session, frames, first_stamp=0.0, camera=""):
 
 
 def memory_stamps(session, camera=None):
-    return {s for info in session.units.values() if camera is None or info.camera == camera for s in info.stamps}
+    return {s for info in session.ledger.units.values() if camera is None or info.camera == camera for s in info.stamps}
 
 
 def counted_stamps(session):
@@ -112,7 +112,7 @@ def counted_stamps(session):
     two of other frames, which evidence may still name: they are in ``memory_stamps``."""
     held = session.policy.unit_tokens()
     most = dict(zip(held.units.tolist(), held.counts.max(dim=0).values.tolist()))
-    return {s for u, info in session.units.items() if 2 * most.get(u, 0) >= info.tokens for s in info.stamps}
+    return {s for u, info in session.ledger.units.items() if 2 * most.get(u, 0) >= info.tokens for s in info.stamps}
 
 
 def check_evidence(answer, session, k, window=None, camera=None):
@@ -171,7 +171,7 @@ def test_the_window_changes_the_answers_logits_and_masked_units_get_no_mass(adap
     late = session.ask(QUESTION, max_new_tokens=1, since=10.0)
     assert not torch.allclose(first, seen_logits[-1])  # the window excludes frames 0..9: another answer
     assert all(e.stamp >= 10.0 for e in late.evidence)
-    early_units = [u for u, info in session.units.items() if max(info.stamps) < 10.0]
+    early_units = [u for u, info in session.ledger.units.items() if max(info.stamps) < 10.0]
     assert early_units and all(probes[-1].of(u) == 0 for u in early_units)
     assert any(probes[0].of(u) > 0 for u in early_units)
     # every query head's weights sum to one: one forward (the question) over every measured layer

@@ -64,17 +64,23 @@ def test_a_weight_changed_in_place_is_projected_again(tmp_path):
     assert provider.projected == [[0, 1], [1]]
 
 
-def test_hermes_chunks_reuse_the_guidance_until_a_question_changes_it(qwen_adapter, frames):
+def test_hermes_chunks_reuse_the_guidance_until_a_question_changes_it(qwen_adapter, frames, monkeypatch):
+    projected = []
+    embedding_qk = GuidanceProvider.embedding_qk
+
+    def counting(self, ids, layers=None):
+        projected.append(list(layers))
+        return embedding_qk(self, ids, layers)
+
+    monkeypatch.setattr(GuidanceProvider, "embedding_qk", counting)
     session = Session(qwen_adapter, make_policy("hermes", budget_tokens=24), SessionConfig(chunk_frames=4))
-    provider = Counting(qwen_adapter)
-    session.guidance = provider
     video = frames(24)
     for i, frame in enumerate(video[:16]):
         session.add_frame(frame, stamp=float(i))
-    asked = len(provider.projected)
+    asked = len(projected)
     assert asked > 0, "no chunk compressed: the budget no longer tests guidance"
     session.ask("what moved?", max_new_tokens=2)
     for i, frame in enumerate(video[16:], start=16):
         session.add_frame(frame, stamp=float(i))
     # the prompts of the first compression, then once more after the question changed them
-    assert len(provider.projected) == 2 * asked
+    assert len(projected) == 2 * asked

@@ -47,7 +47,7 @@ def test_banks_that_hold_everything_equal_the_full_cache(adapter, frames):
     assert banked.status().cache.kv_tokens == full.status().cache.kv_tokens
     torch.testing.assert_close(question_logits(adapter, banked.policy), question_logits(adapter, full.policy),
                                atol=1e-4, rtol=1e-4)
-    right = torch.tensor([u for u, info in full.units.items() if info.camera == "right"])
+    right = torch.tensor([u for u, info in full.ledger.units.items() if info.camera == "right"])
     torch.testing.assert_close(question_logits(adapter, banked.policy, right),
                                question_logits(adapter, full.policy, right), atol=1e-4, rtol=1e-4)
 
@@ -96,7 +96,7 @@ def test_the_worked_example_on_a_model(llava_adapter, frames):
                 else:
                     assert len(held) == 64 and held[0] == 0 and held[-1] == 64
     assert policy.trajectory.evictions == 1  # one per episodic head (they are one vectorised bank)
-    assert session.status().frames_in_memory == 65 - len(set(range(65)) - set(session.units))
+    assert session.status().frames_in_memory == 65 - len(set(range(65)) - set(session.ledger.units))
 
 
 def test_unit_by_unit_prefill_runs_one_forward_per_unit(adapter, frames):
@@ -131,11 +131,11 @@ def test_questions_leave_the_cache_as_it_was_and_failures_undo_the_chunk(adapter
         if len(forwards) > earlier_units * layers and layer == 2:
             raise RuntimeError("injected")
 
-    units_before = dict(session.units)
+    units_before = dict(session.ledger.units)
     with failpoints.armed(prefill=fault), pytest.raises(ChunkError, match="injected"):
         feed(session, frames(4, start=16))
     assert len(forwards) == earlier_units * layers + 3
-    assert states_equal(session.policy.state_dict(), before) and session.units == units_before
+    assert states_equal(session.policy.state_dict(), before) and session.ledger.units == units_before
     feed(session, frames(4, start=40))
     assert session.status().chunks_encoded == 5
 

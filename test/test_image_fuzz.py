@@ -1,9 +1,9 @@
-"""Fuzzing the image conversion with hypothesis (issue 7): every sensor_msgs Image (real message
-class, any field values) either converts to the RGB frame the rule of docs/interfaces.md ("Images") describes, or is
-rejected with ImageRejected and the reason that rule gives; nothing else is ever raised. Corrupted
-PNG / JPEG / BMP / GIF / TIFF bytes are only ever rejected (or converted), never raise anything else
-(a BMP header claiming billions of pixels made Pillow raise DecompressionBombError, which an image
-callback would not have caught).
+"""Fuzzing the image conversion with hypothesis (docs/reliability.md, "Bad images"): every sensor_msgs
+Image (real message class, any field values) either converts to the RGB frame the rule of
+docs/interfaces.md ("Images") describes, or is rejected with ImageRejected and the reason that rule
+gives; nothing else is ever raised. Corrupted PNG / JPEG / BMP / GIF / TIFF bytes are only ever rejected
+(or converted), never raise anything else (a BMP header claiming billions of pixels made Pillow raise
+DecompressionBombError, which an image callback would not have caught).
 
 The oracle is the rule as docs/interfaces.md and the module docstring state it, written out here: valid
 when the encoding is one of the five 8-bit colour/mono encodings, both sides >= 1, at most

@@ -2,12 +2,13 @@
 
 A stream of 21 world frames with questions after 5, 11 and 21 frames: chunks of 8 frames, partial
 chunks flushed by the questions (one of 5 frames: an odd frame repeated on Qwen), several questions
-per stream. The Session (full cache) ingests it chunk by chunk and answers each question with its
+per stream, two of them over a time window (masked to the window's units, as a windowed ask is). The Session (full cache) ingests it chunk by chunk and answers each question with its
 answer fed back token by token; training lays the whole stream out at once. The chunk boundaries,
 every position and the logits of every answer token must agree.
 """
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -41,6 +42,11 @@ def stream():
     for n in POINTS:
         q = s.questions(n, kinds=("now_count", "seen"))[0]
         questions.append(AskedQuestion(n, q.text, q.options, q.answer))
+    rng = np.random.default_rng(3)
+    for n, window in ((11, (2, 6)), (21, (13, 20))):  # a window inside the past, one up to now
+        q = s.window_questions(n, *window, rng, kinds=("seen",))[0]
+        questions.append(AskedQuestion(n, q.text, q.options, q.answer, q.window))
+    questions.sort(key=lambda q: q.after_frames)
     return [s.frame(i) for i in range(len(s))], questions
 
 
@@ -82,12 +88,14 @@ def test_training_layout_equals_the_session(name, stream, request):
             report = session.add_frame(frames[i], stamp=float(i))
             if report is not None:
                 chunks.append(report.frames)
-        fed = q.after_frames
+        fed = max(fed, q.after_frames)
         chunks += [r.frames for r in session.flush()]  # what ask() does first
         ids, answer = question_tokens(adapter, q)
+        # a windowed ask's keys: the units with a frame stamped inside the window (stamp = index)
+        key_filter = None if q.window is None else torch.tensor(session.window_units(*map(float, q.window)))
         mark = session.policy.mark()
         recorder.positions.clear()
-        hidden = adapter.forward(adapter.embed_text(ids), adapter.text_tokens(len(ids)), recorder)
+        hidden = adapter.forward(adapter.embed_text(ids), adapter.text_tokens(len(ids)), recorder, key_filter)
         answered.append((adapter.logits(hidden[0, len(ids) - len(answer):]), recorder.positions[0]))
         session.policy.truncate(mark)
 

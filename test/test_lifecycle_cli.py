@@ -1,9 +1,9 @@
-"""The lifecycle for real, with the `ros2 lifecycle` CLI (issue 18, item 12; docs/reliability.md,
-"Lifecycle"): a node started with autostart false is configured, activated, deactivated, cleaned up,
-configured again and shut down. Questions are refused while it is not active, reporting the memory
-it keeps; deactivate keeps the memory, cleanup clears it (no memory_snapshot_path here); shutdown
-ends the process with exit code 0. `streamcache-ask --status` on the inactive node says so at once
-instead of timing out (item 8)."""
+"""The lifecycle for real, with the `ros2 lifecycle` CLI (docs/reliability.md, "Lifecycle"): a node
+started with autostart false is configured, activated, deactivated, cleaned up, configured again and
+shut down. Questions are refused while it is not active, reporting the memory it keeps; deactivate
+keeps the memory, cleanup clears it (no memory_snapshot_path here); shutdown ends the process with
+exit code 0. `streamcache-ask --status` on the inactive node says so at once instead of timing
+out."""
 import shutil
 import subprocess
 import time

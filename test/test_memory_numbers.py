@@ -1,4 +1,4 @@
-"""Numbers with one meaning (issue 18, item 6; docs/interfaces.md, "What the numbers mean"):
+"""Numbers with one meaning (docs/interfaces.md, "What the numbers mean"):
 
 - ``frames_in_memory`` counts the frames of which some layer (H2SVC: some KV head) still holds at
   least half the tokens. HERMES under a tiny budget keeps a token or two of very many frames in some
@@ -42,7 +42,7 @@ def test_hermes_under_a_tiny_budget_counts_only_frames_half_held_somewhere(qwen_
     assert len(held) > 3 * len(counted)  # many frames keep a token somewhere: they are not counted
     assert status.frames_in_memory == 2 * len(counted)  # two frames per Qwen2.5-VL unit
     assert status.frames_in_memory <= 2 * 2 * budget // per_unit * len(session.policy.layers)
-    stamps = [s for u in counted for s in session.units[u].stamps]
+    stamps = [s for u in counted for s in session.ledger.units[u].stamps]
     assert (status.oldest_stamp, status.newest_stamp) == (min(stamps), max(stamps))
     answer = session.ask("what is on the table?", max_new_tokens=1)
     assert answer.frames_in_memory == status.frames_in_memory and answer.kv_tokens == status.cache.kv_tokens
@@ -60,7 +60,7 @@ def test_a_per_camera_answer_reports_that_cameras_frames_and_tokens(qwen_adapter
     rear = session.ask("what is on the table?", camera="/rear", max_new_tokens=1)
     status = session.status()
     assert whole.kv_tokens == status.cache.kv_tokens
-    front_units = [u for u, info in session.units.items() if info.camera == "/front"]
+    front_units = [u for u, info in session.ledger.units.items() if info.camera == "/front"]
     front_tokens = sum(session.policy.unit_tokens().counts[:, i].sum().item()
                        for i, u in enumerate(session.policy.unit_tokens().units.tolist()) if u in front_units)
     rows_per_layer = session.policy.unit_tokens().rows_per_layer

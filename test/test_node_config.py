@@ -19,8 +19,9 @@ CASES = {
     "bad camera topic": (["--ros-args", "-p", "camera_topics:=['/ok', 'bad topic!']"], "parameter 'camera_topics'"),
     "missing model": (["--ros-args", "-p", "model_path:=./no/such/model"], "parameter 'model_path'"),
     "missing params file": (["--params-file", "/no/such/file.yaml"], "parameters file '/no/such/file.yaml'"),
-    # issue 7: H2SVC on a model with no head map bundled (a variant directory), CUDA asked for on a
-    # machine without it, a snapshot path in a missing directory
+    # faults of configuration (docs/reliability.md, "Bad configuration"): H2SVC on a model with no head map
+    # bundled (a variant directory), CUDA asked for on a machine without it, a snapshot path in a missing
+    # directory
     "h2svc without a head map": (["--ros-args", "-p", "policy:=h2svc", "-p", "model_path:={variant}"],
                                  "parameter 'h2svc.head_map_path': policy h2svc needs a head map"),
     "h2svc head map missing": (["--ros-args", "-p", "policy:=h2svc", "-p", "h2svc.head_map_path:=/no/map.json"],
@@ -67,7 +68,7 @@ def test_bad_parameter_exits_2_with_one_line(outcomes, name):
 
 
 def test_the_process_ends_without_the_interpreters_teardown():
-    """Issue 18 item 10: a bad parameter once ended in SIGSEGV, no output, instead of exit code 2;
+    """A bad parameter once ended in SIGSEGV, no output, instead of exit code 2;
     the suspect is the interpreter's teardown of torch's and Fast DDS's native objects after main
     returned. main() now ends the process itself (os._exit) once the node and the context are closed:
     an atexit hook, which runs during that teardown, must not run. The crash itself, one start in a

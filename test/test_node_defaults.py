@@ -8,16 +8,12 @@ from rclpy.qos import QoSProfile, QoSReliabilityPolicy
 from sensor_msgs.msg import Image
 from std_msgs.msg import Header
 
-from node_procs import Probe, Proc, child_env, client_of, new_domain, python_module, stamp_ns
+from node_procs import status_name, Probe, Proc, child_env, python_module, stamp_ns
 from streamcache_ros import world
 
 S = 1_000_000_000
 DEFAULT_POLICY = "hermes"
-
-
-@pytest.fixture(scope="module")
-def domain():
-    return new_domain()
+NS = None  # the root namespace: the client finds the one node in the graph
 
 
 @pytest.fixture(scope="module")
@@ -26,12 +22,6 @@ def node(domain, tmp_path_factory):
     (hidden / "diagnostic_updater.py").write_text('raise ImportError("hidden by the test")\n')
     with Proc(python_module("streamcache_ros.node.main"), child_env(domain, extra_pythonpath=str(hidden))) as proc:
         yield proc
-
-
-@pytest.fixture(scope="module")
-def client(node, domain):
-    with client_of(node, domain, None) as c:
-        yield c
 
 
 def test_defaults_without_diagnostic_updater(node, client, domain):
@@ -65,7 +55,7 @@ def test_defaults_without_diagnostic_updater(node, client, domain):
         answer = client.ask("What is on the table?")
         assert answer.success and answer.frames_in_memory == 3  # 1 fps sampling: all three, one second apart
 
-        names = {"streamcache_node: camera /camera/image_raw", "streamcache_node: memory", "streamcache_node: latency"}
+        names = {status_name(NS, "camera /camera/image_raw"), status_name(NS, "memory"), status_name(NS, "latency")}
         probe.wait_for(lambda: any(names <= {s.name for s in a.status} for a in arrays), what="/diagnostics")
         array = next(a for a in arrays if names <= {s.name for s in a.status})
         camera_values = {kv.key: kv.value for s in array.status if s.name.endswith("/camera/image_raw")

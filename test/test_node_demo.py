@@ -42,6 +42,10 @@ def test_node_demo_runs_end_to_end(tmp_path, way, stopped):
     assert len(scores) == len(asked) and scores == sorted(scores)
     assert f"accuracy: {scores[-1]}/{len(asked)}" in out
     assert "feedback messages; result success=True" in out
+    # when, searched in the memory, beside the true stamp, for each mode the stream asks
+    modes = {"last" if q["kind"] == "last_seen" else "first" for q in record["questions"]
+             if q["kind"] in ("last_seen", "first_seen")}
+    assert modes and all(re.search(rf"when {mode}: .*\n      found: .* truth: \d+ s", out) for mode in modes), out
     assert "unknown camera '/no/such/camera'" in out
     # 40 frames at 1 fps, all sampled; fifo keeps KEPT_UNITS units of the stream
     assert f"fifo, model {DEFAULT_MODEL}: {KEPT_UNITS * adapter.frames_per_unit} frames in memory" in out

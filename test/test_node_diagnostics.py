@@ -92,6 +92,19 @@ def test_memory_levels():
     assert level == WARN and "CUDA memory nearly full" in message and values["GPU reserved (MiB)"] == "95.0"
 
 
+def test_a_budget_lowered_at_runtime_is_pending_until_the_next_chunk():
+    """budget_tokens lowered while the node runs: the memory comes to it at the next chunk's
+    compression; until then the memory status says so (OK), not "over budget" (WARN) for as long as
+    the camera is idle. Over budget after a chunk is still WARN (a compression fault)."""
+    lowered = memory(budget_tokens=48)  # the layers hold 96 video tokens
+    level, message, values = run(make(lowered, budget_pending=True).memory)
+    assert (level, message) == (OK, "budget changed to 48 video tokens per layer: pending, the next chunk brings "
+                                     "the memory to it (a layer holds 96 now)")
+    assert values["Budget (video tokens per layer)"] == "48"
+    level, message, _ = run(make(lowered).memory)
+    assert level == WARN and message.startswith("over budget")
+
+
 def test_latency_levels():
     before_any = make(memory())
     assert run(before_any.latency)[:2] == (OK, "no chunk encoded yet")
@@ -108,7 +121,7 @@ def test_latency_levels():
 
 
 def test_the_latency_budget_is_shared_by_every_camera():
-    """Issue 18 item 2: with two cameras each fills a chunk in the chunk's stream time, so the
+    """With two cameras each fills a chunk in the chunk's stream time, so the
     encoder has half of it per chunk. 222 ms for a chunk of 267 ms of stream was OK with 46 % of the
     sampled frames dropped."""
     chunk = memory(chunks_encoded=3, encode_ms=200.0, prefill_ms=20.0, compress_ms=2.0)

@@ -12,8 +12,8 @@ import subprocess
 
 import pytest
 
-from node_procs import HANG_GUARD_S, ROOT, Proc, child_env, client_of, new_domain, python_module, replay_lock_step, \
-    stamp_ns, tiny_node
+from node_procs import (HANG_GUARD_S, ROOT, Proc, child_env, client_of, python_module, replay_lock_step, stamp_ns,
+                        tiny_node)
 from streamcache_ros import world
 from streamcache_ros.engine.snapshot_io import read_state
 from streamcache_ros.tools import bagfile
@@ -26,11 +26,6 @@ FRAMES = 48
 SEED = 0  # a stream whose last_seen answers change when their frames are masked (checked in the test)
 LOOK = world.Look(160, 120, (40, 50, 60), 0, 0, False, "rgb8")
 K = 4
-
-
-@pytest.fixture(scope="module")
-def domain():
-    return new_domain()
 
 
 @pytest.fixture(scope="module")

@@ -44,7 +44,7 @@ def test_other_rcl_errors_still_raise(executor):
 
 
 def test_an_entity_destroyed_by_a_transition_while_the_wait_set_is_made_is_skipped(executor):
-    """Issue 18 item 12: `ros2 lifecycle set ... shutdown` (and cleanup) destroys the action server on a
+    """`ros2 lifecycle set ... shutdown` (and cleanup) destroys the action server on a
     worker thread; the spinning thread, making its wait set at that moment, got rcl's refusal and the
     process ended with a traceback and exit code 1 instead of 0. The next wait set is made without it."""
     calls = []

@@ -13,16 +13,14 @@ import time
 
 import numpy as np
 import pytest
-from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
+from diagnostic_msgs.msg import DiagnosticStatus
 from lifecycle_msgs.msg import Transition
 from lifecycle_msgs.srv import ChangeState
 from rclpy.qos import QoSProfile, QoSReliabilityPolicy
 from sensor_msgs.msg import Image
-from std_msgs.msg import Header
-from streamcache_ros_interfaces.msg import MemoryStatus
 
-from node_procs import (HANG_GUARD_S, ROOT, Probe, Proc, child_env, client_of, new_domain, python_module,
-                        replay_lock_step, stamp_ns, tiny_node)
+from node_procs import (status_name, HANG_GUARD_S, ROOT, Proc, child_env, client_of, python_module, replay_lock_step, stamp_ns,
+                        tiny_node)
 from streamcache_ros import world
 from streamcache_ros.tools import bagfile
 
@@ -32,16 +30,10 @@ START = bagfile.DEFAULT_START_NS
 S = 1_000_000_000
 SMALL_FRAME = (96, 128)  # height, width: the smallest 4:3 frame the shape world draws (docs/world.md)
 KEPT_UNITS = 8  # budget_tokens = 8 units x tokens per unit: the newest 16 frames
-RELIABLE = QoSProfile(depth=1000, reliability=QoSReliabilityPolicy.RELIABLE)
 
 
 def near(t, expected_ns):
     return abs(stamp_ns(t) - expected_ns) <= 1000  # float seconds inside the engine: sub-microsecond
-
-
-@pytest.fixture(scope="module")
-def domain():
-    return new_domain()
 
 
 @pytest.fixture(scope="module")
@@ -72,22 +64,6 @@ def node(domain, geometry, snapshots):
                         snapshot_dir=snapshots)
     with Proc(command, child_env(domain)) as proc:
         yield proc
-
-
-@pytest.fixture(scope="module")
-def client(node, domain):
-    with client_of(node, domain, NS) as c:
-        yield c
-
-
-@pytest.fixture(scope="module")
-def probe(domain, client):
-    p = Probe(domain)
-    p.acks = p.collect(Header, f"{NS}/frame_acks", RELIABLE)
-    p.statuses = p.collect(MemoryStatus, f"{NS}/memory_status", RELIABLE)
-    p.diagnostics = p.collect(DiagnosticArray, "/diagnostics", QoSProfile(depth=100))
-    yield p
-    p.close()
 
 
 def replay(domain, bag, *args):
@@ -223,7 +199,7 @@ def publish_acked(probe, publisher, msg):
 
 
 def camera_status(array, topic=CAM):
-    return next((s for s in array.status if s.name == f"streamcache_node: camera {topic}"), None)
+    return next((s for s in array.status if s.name == status_name(NS, f"camera {topic}")), None)
 
 
 def test_bad_images_are_rejected_and_counted_while_good_ones_flow(client, probe):
@@ -347,25 +323,26 @@ def test_save_and_load_memory(client, domain, bags, snapshots):
 
 
 def test_diagnostics_cover_cameras_memory_and_latency(client, probe):
-    names = {f"streamcache_node: camera {CAM}", f"streamcache_node: camera {CAM_PNG}", "streamcache_node: memory",
-             "streamcache_node: latency"}
+    names = {status_name(NS, f"camera {CAM}"), status_name(NS, f"camera {CAM_PNG}"), status_name(NS, "memory"),
+             status_name(NS, "latency")}
     mark = len(probe.diagnostics)
     probe.wait_for(lambda: any(names <= {s.name for s in a.status} for a in probe.diagnostics[mark:]),
                    what="all statuses")
     array = next(a for a in probe.diagnostics[mark:] if names <= {s.name for s in a.status})
     status = {s.name: s for s in array.status}
-    memory = status["streamcache_node: memory"]
+    memory = status[status_name(NS, "memory")]
     m = client.memory_status()
     values = {kv.key: kv.value for kv in memory.values}
-    assert memory.hardware_id == "tiny-qwen2_5_vl"
+    assert memory.hardware_id == f"{NS}/streamcache_node"  # robots on one domain told apart
+    assert {kv.key: kv.value for kv in memory.values}["Model"] == "tiny-qwen2_5_vl"
     assert memory.level == DiagnosticStatus.OK and values["KV bytes"] == str(m.kv_bytes)
     assert values["Frames in memory"] == str(m.frames_in_memory) and values["Policy"] == "fifo"
     assert values["Budget (video tokens per layer)"] == str(m.budget_tokens)
-    latency = {kv.key: kv.value for kv in status["streamcache_node: latency"].values}
+    latency = {kv.key: kv.value for kv in status[status_name(NS, "latency")].values}
     assert {"Encode (ms, last chunk)", "Prefill (ms, last chunk)", "Compress (ms, last chunk)",
             "Last TTFT (ms)"} <= set(latency)
     assert int(latency["Chunks encoded"]) == m.chunks_encoded
-    camera = {kv.key for kv in status[f"streamcache_node: camera {CAM}"].values}
+    camera = {kv.key for kv in status[status_name(NS, f"camera {CAM}")].values}
     # upstream's FrequencyStatus and TimeStampStatus, then the frame counters
     assert {"Actual frequency (Hz)", "Latest timestamp delay:", "Frames received", "Frames dropped (encoder busy)",
             "Frames rejected", "Last frame age (s)"} <= camera

@@ -73,7 +73,7 @@ def test_replay_launch_content(tmp_path):
 
 
 def test_a_bag_of_other_topics_is_refused_at_start_naming_them(tmp_path):
-    """Issue 18 item 3: no camera_topics entry in the bag ended the launch after 120 s of silence."""
+    """A bag with no camera_topics entry among its topics once ended the launch after 120 s of silence."""
     bag = bagfile.make_bag(tmp_path / "bag", frames=2, topic="/front/image_raw")
     with pytest.raises(RuntimeError, match=r"the bag's image topics \(/front/image_raw\) are none of the node's "
                                            r"camera_topics \(/camera/image_raw, resolved in namespace '/streamcache'\)"):

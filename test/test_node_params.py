@@ -1,6 +1,12 @@
 """The node's parameters: every engine and policy parameter declared with a descriptor (policy ones
 from their settings dataclasses), bad values turned into a ConfigError naming the parameter, policy
 parameters inheriting the general ones, old names declared and still working."""
+import ast
+import importlib.util
+import inspect
+import pathlib
+import re
+
 import pytest
 import rclpy
 from rclpy.node import Node
@@ -9,6 +15,8 @@ from rclpy.parameter import Parameter
 from streamcache_ros.engine.cache import POLICIES, policy_parameters
 from streamcache_ros.engine.errors import ConfigError
 from streamcache_ros.engine.factory import ENGINE_DEFAULTS, build_policy
+from streamcache_ros.engine.parameters import RUNTIME
+from streamcache_ros.engine.session import Session
 from streamcache_ros.node import params
 
 
@@ -158,3 +166,47 @@ def test_an_old_name_and_its_new_name_set_apart_are_refused(qwen_adapter):
     assert agreed.settings.mrope_reindex == "dense_rank"
     with pytest.raises(ConfigError, match="parameter 'hermes': qwen_mid_omega \\(now mid_omega\\) must be two numbers"):
         build_policy(qwen_adapter, "hermes", {"hermes.qwen_mid_omega": [1.0], "budget_tokens": 400})
+
+
+def test_the_node_speaks_to_the_engine_only():
+    """No module of the node imports the cache policies' package: what it needs of them (the policy
+    names, their settings, which parameters change at runtime) comes from engine.parameters."""
+    node_dir = pathlib.Path(params.__file__).parent
+    for path in sorted(node_dir.glob("*.py")):
+        for found in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(found, ast.ImportFrom):
+                module = "." * found.level + (found.module or "")
+                names = [module + "." + alias.name for alias in found.names]
+            elif isinstance(found, ast.Import):
+                names = [alias.name for alias in found.names]
+            else:
+                continue
+            for name in names:
+                assert not re.match(r"(\.\.|streamcache_ros\.)engine\.cache\b", name), f"{path.name}: {name}"
+
+
+def test_the_runtime_parameters_are_what_session_tune_takes():
+    taken = [name for name in inspect.signature(Session.tune).parameters if name != "self"]
+    assert sorted(RUNTIME) == sorted(taken)
+    for name in RUNTIME:
+        assert params.all_specs()[name].runtime, name
+
+
+def check_docs():
+    spec = importlib.util.spec_from_file_location("check_docs", pathlib.Path(__file__).parents[1] / "scripts" /
+                                                  "check_docs.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_docs_parameter_tables_are_the_declarations():
+    """docs/interfaces.md's parameter tables are made from the declarations (scripts/check_docs.py
+    --write), and check_docs fails where they differ: here a stale default and a missing policy."""
+    docs = check_docs()
+    text = docs.INTERFACES.read_text(encoding="utf-8")
+    assert docs.parameter_problems(text) == []
+    assert "| `model_path` | string | `'world-qwen2_5_vl'` |" in text and "uniform" in text
+    stale = text.replace("| `budget_tokens` | int ≥ 0 | `0` |", "| `budget_tokens` | int ≥ 0 | `6000` |")
+    assert stale != text and "budget_tokens" in docs.parameter_problems(stale)[0]
+    assert docs.parameter_problems(text.replace("fifo\\|full\\|h2svc\\|hermes\\|uniform", "fifo\\|full\\|h2svc\\|hermes"))

@@ -1,4 +1,4 @@
-"""streamcache_node under bad input and faults (issue 7), a real process with the tiny model: the
+"""streamcache_node under bad input and faults (docs/reliability.md), a real process with the tiny model: the
 model raising and running out of CUDA memory mid-chunk and mid-question (STREAMCACHE_TEST_FAULTS),
 bad images (an 8K frame, depth images, invalid UTF-8, corrupt compressed data) and bad questions
 (a raw client sending bytes that are not UTF-8) leave the memory untouched and the node alive, a bag
@@ -13,15 +13,13 @@ import time
 
 import numpy as np
 import pytest
-from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
+from diagnostic_msgs.msg import DiagnosticStatus
 from rclpy.qos import QoSProfile, QoSReliabilityPolicy
 from rclpy.serialization import serialize_message
 from sensor_msgs.msg import CompressedImage, Image
-from std_msgs.msg import Header
 from streamcache_ros_interfaces.srv import Ask
 
-from node_procs import (HANG_GUARD_S, Probe, Proc, child_env, client_of, new_domain, replay_lock_step,
-                        stamp_ns, tiny_node)
+from node_procs import status_name, HANG_GUARD_S, Proc, child_env, replay_lock_step, stamp_ns, tiny_node
 from raw_ros import request_with_raw_first_string
 from streamcache_ros import world
 from streamcache_ros.engine.snapshot_io import read_state
@@ -35,7 +33,6 @@ START = bagfile.DEFAULT_START_NS
 S = 1_000_000_000
 WIDTH, HEIGHT = 128, 96  # the smallest 4:3 frame the shape world draws (docs/world.md)
 FAULTS = "chunk:2=oom,compress:4=error,question:2=oom"
-RELIABLE = QoSProfile(depth=1000, reliability=QoSReliabilityPolicy.RELIABLE)
 
 
 def near(t, expected_ns):
@@ -49,11 +46,6 @@ def node_command(snapshot, policy="fifo", budget=None):
     extra[f"qos_overrides.{CAM}.subscription.reliability"] = "reliable"
     return tiny_node(NS, [CAM, CAM_PNG], policy=policy, max_question_tokens=64, max_new_tokens=4,
                      memory_snapshot_path=snapshot, **extra)
-
-
-@pytest.fixture(scope="module")
-def domain():
-    return new_domain()
 
 
 @pytest.fixture(scope="module")
@@ -82,23 +74,15 @@ def node(domain, budget, snapshot_path):
 
 
 @pytest.fixture(scope="module")
-def client(node, domain):
-    with client_of(node, domain, NS) as c:
-        yield c
-
-
-@pytest.fixture(scope="module")
-def probe(domain, client):
-    p = Probe(domain)
-    p.acks = p.collect(Header, f"{NS}/frame_acks", RELIABLE)
-    p.diagnostics = p.collect(DiagnosticArray, "/diagnostics", QoSProfile(depth=100))
+def probe(probe):
+    """The shared probe (conftest.py), with publishers of the node's two cameras."""
+    p = probe
     p.camera = p.node.create_publisher(Image, CAM, QoSProfile(depth=10, reliability=QoSReliabilityPolicy.RELIABLE))
     p.png = p.node.create_publisher(CompressedImage, CAM_PNG,
                                     QoSProfile(depth=10, reliability=QoSReliabilityPolicy.RELIABLE))
     p.wait_for(lambda: p.camera.get_subscription_count() > 0 and p.png.get_subscription_count() > 0,
                what="the node's camera subscriptions")
-    yield p
-    p.close()
+    return p
 
 
 def replay(domain, bag, *args):
@@ -112,7 +96,7 @@ def saved(client, path):
 
 
 def statuses(probe, name, since=0):
-    return [s for a in probe.diagnostics[since:] for s in a.status if s.name == f"streamcache_node: {name}"]
+    return [s for a in probe.diagnostics[since:] for s in a.status if s.name == status_name(NS, name)]
 
 
 def test_faults_mid_chunk_and_mid_question_are_survived(client, domain, bags, probe, node):

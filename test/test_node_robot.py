@@ -1,11 +1,13 @@
-"""streamcache_node as a robot integrator meets it (issue 18), a real process with the tiny model in
-namespace /sc_robot, its camera given by a relative name:
+"""streamcache_node as a robot integrator meets it, a real process with the tiny model in namespace
+/sc_robot, its camera given by a relative name:
 
-- one resolved camera name everywhere: the log, the diagnostics, MemoryStatus, errors (item 7);
-- a refused question reports what the memory holds (item 6);
-- save_memory / load_memory confined to snapshot_dir; a damaged file is refused, the memory kept (item 9);
-- streamcache-ask: JSON printed one way, the matched option shown (item 8);
-- parameters changed at runtime, or refused saying why and how (item 4).
+- one resolved camera name everywhere: the log, the diagnostics, MemoryStatus, errors;
+- a refused question reports what the memory holds (docs/interfaces.md, "What the numbers mean");
+- save_memory / load_memory confined to snapshot_dir; a damaged file is refused, the memory kept
+  (docs/reliability.md, "Memory across restarts");
+- streamcache-ask: JSON printed one way, the matched option shown;
+- parameters changed at runtime, or refused saying why and how (docs/interfaces.md, "Changing
+  parameters at runtime").
 
 Expected figures by hand: stamps 0.5 s apart sampled at 1 fps (the first frame of each second),
 chunks of 4 frames, a FIFO budget of 8 units of two frames (16 frames). Timeouts only guard hangs."""
@@ -14,11 +16,8 @@ import os
 import subprocess
 
 import pytest
-from diagnostic_msgs.msg import DiagnosticArray
-from rclpy.qos import QoSProfile
 
-from node_procs import (HANG_GUARD_S, ROOT, Probe, Proc, child_env, client_of, new_domain, python_module,
-                        replay_lock_step, stamp_ns, tiny_node)
+from node_procs import status_name, HANG_GUARD_S, ROOT, Proc, child_env, python_module, replay_lock_step, stamp_ns, tiny_node
 from streamcache_ros import world
 from streamcache_ros.tools import bagfile
 
@@ -27,11 +26,6 @@ WRITTEN, RESOLVED = "cam/image_raw", "/sc_robot/cam/image_raw"
 START = bagfile.DEFAULT_START_NS
 S = 1_000_000_000
 UNITS = 8
-
-
-@pytest.fixture(scope="module")
-def domain():
-    return new_domain()
 
 
 @pytest.fixture(scope="module")
@@ -61,26 +55,12 @@ def node(domain, per_unit, snapshots):
         yield proc
 
 
-@pytest.fixture(scope="module")
-def client(node, domain):
-    with client_of(node, domain, NS) as c:
-        yield c
-
-
-@pytest.fixture(scope="module")
-def probe(domain, client):
-    p = Probe(domain)
-    p.diagnostics = p.collect(DiagnosticArray, "/diagnostics", QoSProfile(depth=100))
-    yield p
-    p.close()
-
-
 def test_one_resolved_camera_name_everywhere(client, domain, bags, probe, node):
     refused = client.ask("What is on the table?", camera=WRITTEN)
     assert refused.error_message == f"no frames from camera '{RESOLVED}' yet"
     assert client.ask("?", camera="/elsewhere").error_message.endswith(f"(camera_topics: {RESOLVED})")
     assert client.memory_status().cameras == [RESOLVED]
-    probe.wait_for(lambda: any(s.name == f"streamcache_node: camera {RESOLVED}" for a in probe.diagnostics
+    probe.wait_for(lambda: any(s.name == status_name(NS, f"camera {RESOLVED}") for a in probe.diagnostics
                                for s in a.status), what="the camera's diagnostics")
     assert f"listening on {RESOLVED}" in node.output() and f"camera {RESOLVED}: subscribed" in node.output()
     replay_lock_step(domain, bags["first"], NS, "--fast")

@@ -69,7 +69,7 @@ def frame(camera, stamp, arrived):
 
 
 def test_frames_sampled_while_the_ingest_thread_waits_are_kept_in_order():
-    """Issue 18 item 11: a frame sampled while the ingest thread waits (a question being answered)
+    """Frames kept during answers: a frame sampled while the ingest thread waits (a question being answered)
     waits behind the others and is taken later, in order; none is dropped until the queue is full."""
     queues = FrameQueues(capacity=3)
     assert [queues.put(frame("a", stamp, float(stamp))) for stamp in (1, 2, 3)] == [(None, 0), (None, 1), (None, 2)]

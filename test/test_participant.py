@@ -16,16 +16,11 @@ import time
 import pytest
 from rclpy.action import ActionServer
 
-from node_procs import HANG_GUARD_S, new_domain
+from node_procs import HANG_GUARD_S
 from streamcache_ros.client.client import StreamCacheClient
 from streamcache_ros.client.participant import OwnParticipant
 
 NS = "/sc_participant"
-
-
-@pytest.fixture(scope="module")
-def domain():
-    return new_domain()
 
 
 @pytest.fixture(scope="module")

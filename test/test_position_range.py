@@ -69,10 +69,10 @@ def test_a_budget_that_cannot_fit_the_range_is_refused_at_configure(real_token_a
     assert build_policy(adapter, "full", base).bounding_setting == ""
 
 
-def test_the_issues_fifo_budget_is_refused_and_the_real_ranges_take_the_default_budgets(real_token_adapters,
-                                                                                          tmp_path):
-    # issue 17: fifo with budget 3000 in 4096 positions ran to position 4588 (LLaVA-OV, chunks of 8
-    # frames, the default question sizes)
+def test_a_fifo_budget_past_the_position_range_is_refused_and_the_real_ranges_take_the_default_budgets(
+        real_token_adapters, tmp_path):
+    # fifo with budget 3000 in 4096 positions once ran to position 4588 (LLaVA-OV, chunks of 8 frames,
+    # the default question sizes; docs/architecture.md#the-position-range)
     llava = real_token_adapters["llava_onevision"]
     with pytest.raises(ConfigError, match="budget_tokens <= 1931"):  # 4096 - 21 - 8 * 196 - (512 + 64)
         build_policy(llava, "fifo", {"budget_tokens": 3000})

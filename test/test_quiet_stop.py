@@ -1,4 +1,4 @@
-"""A stop prints nothing alarming (issue 18, item 5; docs/reliability.md, "Lifecycle"): nodes stopped
+"""A stop prints nothing alarming (docs/reliability.md, "Lifecycle"): nodes stopped
 with SIGINT and SIGTERM, many times, each writing its memory snapshot (so it logs while stopping),
 end with exit code 0 and none of "Failed to publish log message to rosout" (every stop printed it),
 a traceback, KeyboardInterrupt or "Exception ignored" (one Ctrl-C in six printed a KeyboardInterrupt

@@ -1,5 +1,6 @@
-"""Diagnostics of faults (issue 7): a silent camera is WARN before the rate's ERROR, stamps going
-back are WARN, a refused memory snapshot is WARN on the memory status; the snapshot keeper's rule."""
+"""Diagnostics of faults (docs/reliability.md, "Faults survived"): a silent camera is WARN before
+the rate's ERROR, stamps going back are WARN, a refused memory snapshot is WARN on the memory
+status; the snapshot keeper's rule."""
 import os
 import time
 

@@ -1,6 +1,6 @@
-"""Reliability of the engine's Session (issue 7): faults mid-chunk and mid-question (errors and
-CUDA out of memory) leave a consistent cache, bad questions leave it byte-identical, questions give
-way to a waiting chunk, the question history stays bounded.
+"""Reliability of the engine's Session (docs/reliability.md, "Faults survived"): faults mid-chunk
+and mid-question (errors and CUDA out of memory) leave a consistent cache, bad questions leave it
+byte-identical, questions give way to a waiting chunk, the question history stays bounded.
 
 "As if the chunk never came" is checked against a second session fed the same frames without the
 failed chunk: every tensor and counter of the two caches must be equal (CPU, deterministic)."""
@@ -84,7 +84,7 @@ def test_a_fault_in_the_last_prefill_step_leaves_the_cache_as_if_the_chunk_never
     feed(clean, video[:CHUNK], 0.0)
     feed(clean, video[2 * CHUNK:], 2.0 * CHUNK)  # the same frames and stamps, without the failed chunk
     assert_same(faulty.policy.state_dict(), clean.policy.state_dict())
-    assert faulty.units == clean.units  # unit ids, stamps, cameras and chunk ids
+    assert faulty.ledger.units == clean.ledger.units  # unit ids, stamps, cameras and chunk ids
     status = faulty.status()
     assert (status.chunks_encoded, status.chunks_failed, status.frames_in_memory) == (2, 1, clean.status().frames_in_memory)
     assert faulty.ask("what moved?", max_new_tokens=4).text == clean.ask("what moved?", max_new_tokens=4).text
@@ -119,11 +119,11 @@ def test_a_fault_while_compressing_keeps_the_chunk_and_the_next_chunk_compresses
     assert "compressing failed (OutOfMemoryError" in str(errors[0]) and "frames are kept" in str(errors[0])
     # the bookkeeping matches what the cache holds: every unit in the cache is booked, and back
     held = set(session.policy.stats().units)
-    assert held == set(session.units) and max(session.units) == 5  # units 4, 5: the third chunk's
+    assert held == set(session.ledger.units) and max(session.ledger.units) == 5  # units 4, 5: the third chunk's
     assert session.status().chunks_failed == 1
     feed(session, frames(CHUNK, start=3 * CHUNK), 3.0 * CHUNK)
     stats = session.policy.stats()
-    assert set(stats.units) == set(session.units)
+    assert set(stats.units) == set(session.ledger.units)
     if policy in ("fifo", "hermes"):  # back within the budget (the system prompt on top)
         assert max(stats.layer_tokens) <= prefix + POLICIES[policy]["budget_tokens"]
     assert session.ask("what moved?", max_new_tokens=3).answer_tokens >= 1

@@ -11,7 +11,7 @@ import subprocess
 import pytest
 import yaml
 
-from node_procs import (HANG_GUARD_S, ROOT, Proc, client_of, needs_install, new_domain, ros2_env, run_launch,
+from node_procs import (status_name, HANG_GUARD_S, ROOT, Proc, client_of, needs_install, new_domain, ros2_env, run_launch,
                         run_replay, stop_and_check_all_gone, stop_ros2_daemon)
 from streamcache_ros.tools import bagfile
 
@@ -97,12 +97,12 @@ def test_topic_echo_diagnostics(launched):
     domain, _ = launched
     out = ros2(domain, "topic", "echo", "--once", "/diagnostics", "diagnostic_msgs/msg/DiagnosticArray")
     statuses = {s["name"]: s for s in yaml.safe_load(out.split("\n---", 1)[0])["status"]}
-    assert sorted(statuses) == ["streamcache_node: camera " + CAMERA, "streamcache_node: latency",
-                                "streamcache_node: memory"], out
-    memory = {kv["key"]: kv["value"] for kv in statuses["streamcache_node: memory"]["values"]}
+    assert sorted(statuses) == [status_name(NS, "camera " + CAMERA), status_name(NS, "latency"),
+                                status_name(NS, "memory")], out
+    memory = {kv["key"]: kv["value"] for kv in statuses[status_name(NS, "memory")]["values"]}
     assert (memory["Policy"], memory["Frames in memory"], memory["Budget (video tokens per layer)"]) == (
         "fifo", "8", str(BUDGET_TOKENS)), out
-    camera = {kv["key"]: kv["value"] for kv in statuses["streamcache_node: camera " + CAMERA]["values"]}
+    camera = {kv["key"]: kv["value"] for kv in statuses[status_name(NS, "camera " + CAMERA)]["values"]}
     assert camera["Frames received"] == str(BAG_FRAMES), out
 
 

@@ -54,7 +54,7 @@ def test_fifo_never_exceeds_its_budget_over_a_long_stream(adapter, frames):
     assert max(steady) == min(steady)  # flat after warm-up
     # the window is the newest frames: the oldest frame in memory is recent
     status = session.status()
-    per_unit = session.last_chunk.tokens // session.last_chunk.units
+    per_unit = session.chunks.last.tokens // session.chunks.last.units
     assert status.frames_in_memory <= (budget // per_unit + 1) * adapter.frames_per_unit
     assert status.newest_stamp == 199 * 0.5
 
@@ -139,7 +139,7 @@ def test_cameras_are_chunked_apart_and_questions_can_pick_one(qwen_adapter, fram
     for i in range(4):
         session.add_frame(video[i], stamp=float(i), camera="/front")
         session.add_frame(video[4 + i], stamp=100.0 + i, camera="/wrist")
-    assert {info.camera for info in session.units.values()} == {"/front", "/wrist"}
+    assert {info.camera for info in session.ledger.units.values()} == {"/front", "/wrist"}
     front = session.ask("what is there?", camera="/front", max_new_tokens=2)
     assert (front.frames_in_memory, front.oldest_stamp, front.newest_stamp) == (4, 0.0, 3.0)
     both = session.ask("what is there?", max_new_tokens=2)
@@ -245,7 +245,7 @@ def _cached_video_embeds(store, session, embeds):
     for slot, (unit, chunk) in enumerate(zip(store.units.tolist(), store.chunks.tolist())):
         if unit < 0:
             continue
-        first_unit = min(u for u, info in session.units.items() if info.chunk == chunk)
+        first_unit = min(u for u, info in session.ledger.units.items() if info.chunk == chunk)
         # the window may start inside a unit: count a unit's tokens from its end in the cache
         last_slot_of_unit = max(i for i, u in enumerate(store.units.tolist()) if u == unit)
         index = per_unit - 1 - (last_slot_of_unit - slot)

@@ -1,4 +1,4 @@
-"""What may change while the stream runs (issue 18, item 4): Session.tune changes max_new_tokens,
+"""What may change while the stream runs: Session.tune changes max_new_tokens,
 sample_fps (Qwen2.5-VL's time stride from the next chunk, the waiting frames encoded first at the old
 rate) and a budget (the next chunk's compression brings the cache to it); anything it cannot take is
 refused, with nothing changed (docs/interfaces.md, "Changing parameters at runtime")."""

@@ -30,3 +30,24 @@ def test_a_short_soak_loses_nothing(tmp_path):
     assert memory["kv_slope_bytes_per_1000_frames"] == 0  # the budget is full after 32 frames: flat
     assert result["processes"]["node_exit_after_sigint"] == 0 and result["processes"]["processes_left"] == []
     assert "| questions sent / answered / refused / lost / answered twice |" in done.stdout
+
+
+def test_a_short_hour_through_the_launch(tmp_path):
+    """bench/hour_soak.py, short: a world stream in bags of 32 frames replayed into the node that
+    `ros2 launch` started (console entries where it cannot run this checkout), questions after each
+    bag scored against the truth, the when service among them; memory flat, no chunk failed, a clean
+    exit, the plot written."""
+    out, figure = tmp_path / "hour.json", tmp_path / "hour.png"
+    done = subprocess.run([sys.executable, str(ROOT / "bench" / "hour_soak.py"), "--frames", "96", "--segment", "32",
+                           "--json", str(out), "--figure", str(figure)], cwd=ROOT, env=child_env(new_domain()),
+                          capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout + done.stderr
+    result = json.loads(out.read_text())
+    assert all(result["checks"].values()) and result["exit_code"] == 0
+    assert [p["frames"] for p in result["points"]] == [32, 64, 96]
+    assert all(p["chunks_failed"] == 0 and p["process_rss_bytes"] > 0 for p in result["points"])
+    kinds = {a["kind"] for a in result["answers"]}
+    assert kinds & {"last_seen", "first_seen"} and kinds - {"last_seen", "first_seen"}  # when and Ask both asked
+    assert all(a["correct"] == (a["said"] == a["truth"]) for a in result["answers"] if a["kind"] not in
+               ("last_seen", "first_seen"))
+    assert figure.stat().st_size > 0

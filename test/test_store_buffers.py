@@ -95,7 +95,7 @@ def test_appends_copy_only_when_the_room_runs_out_and_a_truncate_frees_nothing()
 
 def test_buffers_are_written_in_and_outside_inference_mode():
     """Appends run under inference mode, compression and re-index may run outside it (the H2SVC
-    re-index crash of issue 17): the buffers are normal tensors, so both may write them."""
+    re-index once crashed on inference tensors): the buffers are normal tensors, so both may write them."""
     store = filled_store(10)
     with torch.inference_mode():
         piece = filled_store(6, seed=3)

@@ -36,7 +36,7 @@ def test_memory_stays_within_the_budget_and_spread_over_the_stream(adapter, fram
         assert set(report.outcome.evicted_units).isdisjoint(stats.units)  # the outcome lists what left
     assert max(sizes[len(sizes) // 2:]) == min(sizes[len(sizes) // 2:])  # flat once full
     units = session.status().cache.units
-    newest = max(session.units)
+    newest = max(session.ledger.units)
     assert len(units) == budget // per_unit
     assert units[0] == 0 and units[-1] == newest  # the first and the newest unit stay
     # evenly spread: no gap much wider than the even one (a FIFO window would leave one gap of ~newest)

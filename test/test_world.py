@@ -109,7 +109,7 @@ def test_every_kind_is_asked_with_its_options(streams):
                     assert len(set(q.options)) == 4
                 elif q.kind == "now_count":
                     assert sorted(q.options) == ["0", "1", "2"]
-                elif q.kind == "first_shape":
+                elif q.kind in ("first_shape", "now_shape"):
                     assert sorted(q.options) == sorted(world.SHAPES)
                 elif q.kind == "seen":
                     assert sorted(q.options) == ["no", "yes"]
@@ -153,10 +153,53 @@ def test_true_answers_from_the_truth(streams):
                 xs = {i: next(v.x0 for v in s.truth[i] if v.identity == (shape, colour)) for i in frames}
                 moving = [i for i in frames[1:] if i - 1 in xs and xs[i] != xs[i - 1]]
                 assert q.answer == ("right" if xs[moving[-1]] > xs[moving[-1] - 1] else "left")
-            elif q.kind == "last_seen":
+            elif q.kind == "now_shape":
+                colour = q.text.split()[4]
+                (view,) = [v for v in last if v.colour == colour]
+                assert q.answer == view.shape
+            elif q.kind in ("last_seen", "first_seen"):
                 colour, shape = q.text[:-1].split()[-2:]
                 frames = [i for i in range(n) if any(v.identity == (shape, colour) for v in s.truth[i])]
-                assert q.answer_frame == frames[-1] and frames[-1] < n - 4
+                assert q.probe == f"Did you see a {colour} {shape}?"
+                if q.kind == "last_seen":
+                    assert q.answer_frame == frames[-1] and frames[-1] < n - 4
+                else:
+                    assert q.answer_frame == frames[0]
+
+
+def test_a_windowed_question_is_answered_from_the_window_alone(streams):
+    """docs/world.md "Windows": as if the stream were the window's frames; seen is yes when the
+    identity is in view in some frame inside it, and its 'no' answers include identities seen
+    outside the window."""
+    rng = np.random.default_rng(5)
+    outside_no = 0
+    for s in streams:
+        for first, last in ((0, 7), (40, 47), (100, 159), (120, 120)):
+            for q in s.window_questions(160, first, last, rng):
+                assert q.window == (first, last) and q.after_frames == 160
+                inside = s.truth[first:last + 1]
+                if q.kind == "seen":
+                    colour, shape = q.text[:-1].split()[-2:]
+                    held = [first + i for i, f in enumerate(inside) if any(v.identity == (shape, colour) for v in f)]
+                    assert (q.answer == "yes") == bool(held) and q.evidence_frames == held
+                    ever = any(v.identity == (shape, colour) for f in s.truth[:160] for v in f)
+                    outside_no += q.answer == "no" and ever
+                elif q.kind == "now_count":
+                    assert q.answer == str(len(inside[-1]))
+                elif q.kind == "now_color":
+                    (view,) = [v for v in inside[-1] if v.shape == q.text.split()[-2]]
+                    assert q.answer == view.colour and q.evidence_frames == [last]
+                elif q.kind == "now_shape":
+                    (view,) = [v for v in inside[-1] if v.colour == q.text.split()[4]]
+                    assert q.answer == view.shape
+                elif q.kind in ("first_color", "first_shape"):
+                    (view,) = inside[0]
+                    assert q.answer == (view.colour if q.kind == "first_color" else view.shape)
+    assert outside_no > 0
+    with pytest.raises(ValueError, match="cannot be asked over a window"):
+        streams[0].window_questions(160, 0, 7, rng, kinds=("moved",))
+    with pytest.raises(ValueError):
+        streams[0].window_questions(100, 90, 120, rng)
 
 
 def test_seen_is_balanced_and_no_question_where_the_stream_moves():

@@ -8,13 +8,21 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 
 from streamcache_ros import world
 from streamcache_ros.engine import Session, SessionConfig, load_adapter, make_policy
 
 MODELS = ["world-qwen2_5_vl", "world-llava_onevision"]
-# full-cache accuracy on the fixed set below, every option kind together; chance is about 0.38
-FLOOR = 0.60
+# Floors, set before the vision-first models were trained and before they were run on the streams
+# below (docs/world-models.md "Tests"); chance in brackets. Full cache, 32-frame streams: every option
+# kind together (about 0.38); now_shape (0.33); seen over 8-frame windows (0.5); the when search's
+# last / first stamp within 2 s of the truth (about 0.1 at this length)
+FLOOR = 0.80
+NOW_SHAPE_FLOOR = 0.75
+WINDOWED_SEEN_FLOOR = 0.80
+WHEN_FLOOR = 0.50
+WHEN_TOLERANCE_S = 2.0
 HELD_OUT = 800_000_000  # neither training (100M+), validation (900M+) nor the benchmark (500M+)
 STREAMS, FRAMES = 12, 32
 LOOK = dict(width=320, height=240, background=(40, 50, 60), noise=4, colour_jitter=10, jitter_per_frame=True)
@@ -38,8 +46,12 @@ def feed(session, stream, camera="", start=0):
         session.add_frame(stream.frame(i), stamp=stream.stamp(i), camera=camera)
 
 
+def replies(session, stream, camera=""):
+    return [session.ask(q.text, q.options, camera=camera) for q in questions(stream)]
+
+
 def answers(session, stream, camera=""):
-    return [session.ask(q.text, q.options, camera=camera).option_index for q in questions(stream)]
+    return [reply.option_index for reply in replies(session, stream, camera)]
 
 
 def full_session(adapter, **policy):
@@ -47,14 +59,20 @@ def full_session(adapter, **policy):
 
 
 @pytest.fixture(scope="module")
-def full_answers(model):
-    """Per stream, the full cache's option indices (reused by the comparisons below)."""
+def full_replies(model):
+    """Per stream, the full cache's answers (reused by the comparisons below)."""
     out = []
     for stream in streams():
         session = full_session(model)
         feed(session, stream)
-        out.append(answers(session, stream))
+        out.append(replies(session, stream))
     return out
+
+
+@pytest.fixture(scope="module")
+def full_answers(full_replies):
+    """Per stream, the full cache's option indices."""
+    return [[reply.option_index for reply in per_stream] for per_stream in full_replies]
 
 
 def accuracy_of(given, truth) -> float:
@@ -67,6 +85,47 @@ def test_full_cache_accuracy_stays_above_the_floor(model, full_answers):
     accuracy = accuracy_of(given, truth)
     assert len(truth) >= 40
     assert accuracy >= FLOOR, f"{model.model_id}: {accuracy:.3f} on {len(truth)} questions"
+
+
+def test_now_shape_is_answered_right(model, full_answers):
+    """The vision-first models see shape: the shape of the object of a colour in the last frame."""
+    truth = [q.answer_index for stream in streams() for q in questions(stream)]
+    kinds = [q.kind for stream in streams() for q in questions(stream)]
+    given = [a for per_stream in full_answers for a in per_stream]
+    pairs = [(g, t) for g, t, k in zip(given, truth, kinds) if k == "now_shape"]
+    assert len(pairs) >= 8
+    accuracy = accuracy_of(*zip(*pairs))
+    assert accuracy >= NOW_SHAPE_FLOOR, f"{model.model_id}: now_shape {accuracy:.3f} on {len(pairs)}"
+
+
+def test_seen_over_8_frame_windows_stays_above_the_floor(model):
+    """A window is a question the model can answer: seen over 8-frame windows at fixed places."""
+    given, truth = [], []
+    for k, stream in enumerate(streams()):
+        session = full_session(model)
+        feed(session, stream)
+        rng = np.random.default_rng((stream.seed, 5))
+        for first in (0, 8, 13, 24):
+            for q in stream.window_questions(len(stream), first, first + 7, rng, ("seen",)):
+                answer = session.ask(q.text, q.options, since=stream.stamp(first), until=stream.stamp(first + 7))
+                given.append(answer.option_index)
+                truth.append(q.answer_index)
+    accuracy = accuracy_of(given, truth)
+    assert len(truth) >= 40
+    assert accuracy >= WINDOWED_SEEN_FLOOR, f"{model.model_id}: windowed seen {accuracy:.3f} on {len(truth)}"
+
+
+def test_when_finds_the_last_and_first_stamps(model):
+    """The when search on the trained model: last_seen and first_seen within 2 s of the truth."""
+    hits = []
+    for stream in streams():
+        session = full_session(model)
+        feed(session, stream)
+        for q in stream.questions(len(stream), np.random.default_rng((stream.seed, 6)), ("last_seen", "first_seen")):
+            found = session.when(q.probe, "last" if q.kind == "last_seen" else "first")
+            hits.append(found.found and abs(found.stamp - stream.stamp(q.answer_frame)) <= WHEN_TOLERANCE_S)
+    assert len(hits) >= 15
+    assert np.mean(hits) >= WHEN_FLOOR, f"{model.model_id}: when {np.mean(hits):.3f} on {len(hits)}"
 
 
 def test_same_answers_after_a_forced_reindex(model):
@@ -107,7 +166,7 @@ def test_same_answers_after_snapshot_and_restore(model, full_answers, tmp_path):
 @pytest.fixture(scope="module")
 def beside(model):
     """Camera B's frames interleaved with camera A's, each question asked with its camera: per
-    camera, the option indices given and the true ones."""
+    camera, the answers given and the true option indices."""
     given, truth = {"A": [], "B": []}, {"A": [], "B": []}
     for stream, other in zip(streams(), streams()[::-1]):
         session = full_session(model)
@@ -115,7 +174,7 @@ def beside(model):
             session.add_frame(stream.frame(i), stamp=stream.stamp(i), camera="A")
             session.add_frame(other.frame(i), stamp=other.stamp(i), camera="B")
         for camera, source in (("A", stream), ("B", other)):
-            given[camera] += answers(session, source, camera=camera)
+            given[camera] += replies(session, source, camera=camera)
             truth[camera] += [q.answer_index for q in questions(source)]
     return given, truth
 
@@ -125,12 +184,21 @@ def test_answers_about_one_camera_come_from_that_camera(beside):
     that saw the other camera's frames would score near chance on one of them."""
     given, truth = beside
     for camera in ("A", "B"):
-        assert accuracy_of(given[camera], truth[camera]) >= FLOOR, camera
+        assert accuracy_of([reply.option_index for reply in given[camera]], truth[camera]) >= FLOOR, camera
 
 
-@pytest.mark.xfail(strict=True, reason="B's chunks take positions between A's, so A's tokens are not where "
-                   "they are in a stream of A alone (docs/world-models.md, 'Tests'): measured 0.64 against 0.78")
-def test_answers_about_one_camera_ignore_another(model, full_answers, beside):
-    """The issue's test: the same answers about camera A with or without camera B's frames."""
+def test_answers_about_one_camera_ignore_another(model, full_replies, beside):
+    """The issue's test: the same answers about camera A with or without camera B's frames. Each
+    camera's chunks are on its own position clock and see only that camera (docs/architecture.md
+    "Positions"), so A's tokens are those of A alone, wherever B's frames come: the option
+    probabilities agree within float error, and so the answers, one for one (an answer may differ
+    only where its two best options are closer than that error)."""
     given, _ = beside
-    assert given["A"] == [a for per_stream in full_answers for a in per_stream]
+    alone = [reply for per_stream in full_replies for reply in per_stream]
+    assert len(given["A"]) == len(alone) >= 40
+    for with_b, without in zip(given["A"], alone):
+        torch.testing.assert_close(torch.tensor(with_b.option_probabilities), torch.tensor(without.option_probabilities),
+                                   atol=1e-4, rtol=0)
+        top = sorted(without.option_probabilities)[-2:]
+        if top[1] - top[0] > 1e-3:
+            assert with_b.option_index == without.option_index

@@ -6,6 +6,7 @@
     streamcache-ask --camera /camera/image_raw --max-new-tokens 32 --json "how many boxes?"
     streamcache-ask --evidence "when did you last see the red circle?"    # and the frames it drew on
     streamcache-ask --since 1700000000 --until 1700000300 "what was on the table?"   # a time window
+    streamcache-ask --when last "Did you see a red circle?"        # when: last | first | timeline
     streamcache-ask --status | --reset | --save kitchen.pt | --load kitchen.pt | --timeline
 
 JSON (``--json``, and ``--status`` and ``--timeline`` always) is printed the same way, indented. ``--save`` and
@@ -50,7 +51,26 @@ def _answer_dict(r, options: list[str]) -> dict:
             "answer_tokens": r.answer_tokens, "method": r.method, "model_id": r.model_id,
             "evidence_stamps": [_time(t) for t in r.evidence_stamps], "evidence_cameras": list(r.evidence_cameras),
             "evidence_weights": [float(w) for w in r.evidence_weights],
-            "evidence_summary_share": float(r.evidence_summary_share)}
+            "evidence_summary_share": float(r.evidence_summary_share),
+            "option_probabilities": [round(float(p), 4) for p in r.option_probabilities]}
+
+
+def _when_dict(r) -> dict:
+    return {"success": r.success, "error_message": r.error_message, "found": r.found,
+            "stamp": _time(r.stamp) if r.found else None, "camera": r.camera,
+            "yes_probability": round(float(r.yes_probability), 4), "questions_asked": r.questions_asked,
+            "total_ms": r.total_ms, "frames_searched": r.frames_searched,
+            "timeline": [[_time(t), round(float(p), 4)] for t, p in zip(r.timeline_stamps, r.timeline_yes_probability)]}
+
+
+def _when_text(r, mode: str) -> str:
+    if mode == "timeline":
+        lines = [f"{_time(t):.3f} {float(p):.3f}" for t, p in zip(r.timeline_stamps, r.timeline_yes_probability)]
+        return "\n".join(lines) or "(no frames)"
+    if not r.found:
+        return f"not found in the {r.frames_searched} frames searched ({r.questions_asked} windows asked)"
+    return (f"{_time(r.stamp):.3f} {r.camera or '-'} (P(yes) {r.yes_probability:.3f}; {r.questions_asked} windows, "
+            f"{r.total_ms:.0f} ms)")
 
 
 def _evidence_lines(r) -> str:
@@ -100,6 +120,8 @@ def parse_args(argv):
     parser.add_argument("--evidence", action="store_true",
                         help="after the answer, print the frames it drew on: stamp, camera, weight")
     parser.add_argument("--stream", action="store_true", help="use the ask_action: print the answer as it is generated")
+    parser.add_argument("--when", choices=("last", "first", "timeline"),
+                        help="the when service: the last / first stamp the yes/no question holds, or its timeline")
     parser.add_argument("--namespace", default=None,
                         help="the node's namespace, e.g. /streamcache (default: find the one node)")
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for the answer")
@@ -115,6 +137,8 @@ def parse_args(argv):
     args = parser.parse_args(argv)
     if not (args.status or args.reset or args.save or args.load or args.timeline) and not args.question:
         parser.error("a question is needed (or --status / --reset / --save / --load / --timeline)")
+    if args.when and (args.option or args.stream):
+        parser.error("--when asks a yes/no question itself: no --option, no --stream")
     if args.max_new_tokens < 0:
         parser.error("--max-new-tokens must be >= 0")
     if args.evidence_k < 0:
@@ -165,6 +189,10 @@ def run(args, client) -> int:
     if args.timeline:
         r = client.memory_timeline(args.camera, timeout=args.timeout)
         return _report(args, r, _timeline_dict(r), json.dumps(_timeline_dict(r), indent=2))
+    if args.when:
+        r = client.when(args.question, args.when, args.camera, since=args.since, until=args.until,
+                        timeout=args.timeout)
+        return _report(args, r, _when_dict(r), _when_text(r, args.when))
     window = {"since": args.since, "until": args.until, "evidence_k": args.evidence_k}
     if not args.stream:
         r = client.ask(args.question, args.option, args.camera, args.max_new_tokens, timeout=args.timeout, **window)

@@ -13,6 +13,10 @@
         timeline = memory.memory_timeline()            # every frame in memory, and how much of it is kept
         goal.done(), goal.partial_answer, goal.result(), goal.cancel()
         watch = memory.watch_memory_status()            # one subscription; watch.latest: newest message
+        found = memory.when("Did you see a red circle?", "last")   # found.found, found.stamp (last | first | timeline)
+        memory.set_watch_questions(["Did you see a red circle?"])   # standing questions ('' = taken)
+        events = memory.watch_events()                  # standing questions' WatchEvents, kept as they come
+        event = events.wait_for(lambda e: e.answer == "yes", timeout=60)
 
 The client runs its own rclpy context, node and executor thread, so it works from plain scripts and
 from inside another node's callbacks alike (nothing of the caller's is spun). Calls block until
@@ -244,6 +248,50 @@ class MemoryStatusWatch:
             self._client._participant.in_spin_thread(self._client.node.destroy_subscription, self._sub)
 
 
+class WatchEvents:
+    """The standing questions' WatchEvents (watch_questions) as they come, kept in ``events`` (never
+    blocks: a behaviour-tree leaf polls ``since(n)`` once per tick)."""
+
+    def __init__(self, client: "StreamCacheClient", topic: str):
+        from rclpy.qos import QoSProfile, QoSReliabilityPolicy  # noqa: PLC0415
+
+        self.topic = topic
+        self.events: list = []
+        self.closed = False
+        self._client = client
+        self._cond = threading.Condition()
+        self._sub = client.node.create_subscription(
+            client._types["WatchEvent"], topic, self._take, QoSProfile(depth=200, reliability=QoSReliabilityPolicy.RELIABLE))
+
+    def _take(self, msg) -> None:
+        with self._cond:
+            self.events.append(msg)
+            self._cond.notify_all()
+
+    def since(self, count: int) -> list:
+        """The events after the first ``count`` (a leaf keeps its count and asks for what is new)."""
+        with self._cond:
+            return list(self.events[count:])
+
+    def wait_for(self, predicate: Callable[[object], bool], timeout: float | None = None, after: int = 0):
+        """The first event after the first ``after`` for which ``predicate`` holds (TimeoutError)."""
+        with self._cond:
+            found: list = []
+
+            def match() -> bool:
+                found[:] = [e for e in self.events[after:] if predicate(e)][:1]
+                return bool(found)
+
+            if not self._cond.wait_for(match, timeout):
+                raise TimeoutError(f"no matching {self.topic} within {timeout} s")
+            return found[0]
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self._client._participant.in_spin_thread(self._client.node.destroy_subscription, self._sub)
+
+
 class StreamCacheClient:
     def __init__(self, namespace: str | None = None, timeout: float = 15.0, domain_id: int | None = None):
         """``namespace``: the node's namespace ('/streamcache' with the launch files, '' for a bare
@@ -251,16 +299,18 @@ class StreamCacheClient:
         the node to appear. ``domain_id``: default ROS_DOMAIN_ID."""
         from rclpy.action import ActionClient  # noqa: PLC0415
         from streamcache_ros_interfaces.action import Ask as AskAction  # noqa: PLC0415
-        from streamcache_ros_interfaces.msg import MemoryStatus  # noqa: PLC0415
+        from streamcache_ros_interfaces.msg import MemoryStatus, WatchEvent  # noqa: PLC0415
         from streamcache_ros_interfaces.srv import (Ask, LoadMemory, MemoryTimeline, ResetMemory,  # noqa: PLC0415
-                                                    SaveMemory)
+                                                    SaveMemory, When)
 
         self._types = {"Ask": Ask, "AskAction": AskAction, "ResetMemory": ResetMemory, "SaveMemory": SaveMemory,
-                       "LoadMemory": LoadMemory, "MemoryStatus": MemoryStatus, "MemoryTimeline": MemoryTimeline}
+                       "LoadMemory": LoadMemory, "MemoryStatus": MemoryStatus, "MemoryTimeline": MemoryTimeline,
+                       "When": When, "WatchEvent": WatchEvent}
         self._participant = OwnParticipant(f"streamcache_client_{os.getpid()}_{next(_instances)}", domain_id,
                                            start=False)  # the action client first (OwnParticipant.start)
         self.node = self._participant.node
         self._watch: MemoryStatusWatch | None = None
+        self._events: WatchEvents | None = None
         self._watch_lock = threading.Lock()
         try:
             self.namespace = (discover_namespace(self.node, timeout) if namespace is None
@@ -271,6 +321,7 @@ class StreamCacheClient:
             self._save = self.node.create_client(SaveMemory, f"{ns}/save_memory")
             self._load = self.node.create_client(LoadMemory, f"{ns}/load_memory")
             self._timeline = self.node.create_client(MemoryTimeline, f"{ns}/memory_timeline")
+            self._when = self.node.create_client(When, f"{ns}/when")
             self._action = ActionClient(self.node, AskAction, f"{ns}/ask_action")
             self._participant.start()
             if not self._ask.wait_for_service(timeout_sec=timeout):
@@ -373,13 +424,19 @@ class StreamCacheClient:
     def node_state(self, timeout: float = 5.0) -> str:
         """The node's lifecycle state: 'active', 'inactive', 'unconfigured', 'finalized' ... ('' when
         it cannot be asked: no lifecycle services, no reply within ``timeout``)."""
-        # the node's name comes with the graph's node list, which can lag behind its services
+        deadline = time.monotonic() + timeout
+        name = self._node_name_within(timeout)
+        return self._get_state(name, max(0.5, deadline - time.monotonic())) if name else ""
+
+    def _node_name_within(self, timeout: float) -> str:
+        """``node_name``, waited for: the name comes with the graph's node list, which can lag behind
+        the node's services ('' when it has not come within ``timeout``)."""
         deadline = time.monotonic() + timeout
         name = self.node_name()
         while not name and time.monotonic() < deadline:
             time.sleep(0.1)
             name = self.node_name()
-        return self._get_state(name, max(0.5, deadline - time.monotonic())) if name else ""
+        return name
 
     def _get_state(self, name: str, timeout: float) -> str:
         from lifecycle_msgs.srv import GetState  # noqa: PLC0415
@@ -419,6 +476,41 @@ class StreamCacheClient:
         with the share of its tokens kept per layer (and per H2SVC bank)."""
         request = self._types["MemoryTimeline"].Request(camera=camera)
         return self._request(self._timeline, request, timeout, "memory_timeline")
+
+    def when(self, question: str, mode: str = "last", camera: str = "", *, since=None, until=None,
+             timeout: float | None = 300.0):
+        """The when service: the ``last`` / ``first`` stamp at which the yes/no ``question`` holds,
+        or its ``timeline``, searched in the memory (``since`` / ``until`` as in ``ask``). Returns the
+        response (check ``success``, then ``found`` and ``stamp``)."""
+        request = self._types["When"].Request(question=question, mode=mode, camera=camera, since=to_time(since),
+                                              until=to_time(until))
+        return self._request(self._when, request, timeout, "when")
+
+    def set_watch_questions(self, questions, timeout: float | None = 30.0) -> str:
+        """The node's standing questions from the next chunk on (``ros2 param set <node>
+        watch_questions [...]``): '' when taken, else the node's reason."""
+        from rcl_interfaces.srv import SetParameters  # noqa: PLC0415
+        from rclpy.parameter import Parameter  # noqa: PLC0415
+
+        name = self._node_name_within(timeout if timeout is not None else 15.0)
+        if not name:
+            raise NodeNotFound(f"no node serving {self.namespace}/ask in the graph")
+        service = self.node.create_client(SetParameters, f"{name}/set_parameters")
+        try:
+            request = SetParameters.Request(parameters=[
+                Parameter("watch_questions", value=[str(q) for q in questions]).to_parameter_msg()])
+            result = self._request(service, request, timeout, "set_parameters").results[0]
+            return "" if result.successful else result.reason
+        finally:
+            self._participant.in_spin_thread(self.node.destroy_client, service)
+
+    def watch_events(self) -> "WatchEvents":
+        """The client's one subscription to the standing questions' events (made on the first call,
+        kept until close): every WatchEvent from then on, in ``events``."""
+        with self._watch_lock:
+            if self._events is None or self._events.closed:
+                self._events = WatchEvents(self, f"{self.namespace}/watch_events")
+            return self._events
 
     def watch_memory_status(self) -> "MemoryStatusWatch":
         """The client's one MemoryStatus subscription (made on the first call, kept until close):

@@ -25,11 +25,13 @@ class Decoded:
 def greedy_decode(adapter: ModelAdapter, policy: CachePolicy, ids: list[int], budget: int, started: float,
                   key_filter: torch.Tensor | None = None, on_text: Callable[[str, str], None] | None = None,
                   should_stop: Callable[[], bool] | None = None, repetition_penalty: float = 1.0,
-                  layer_hook: Callable[[int], None] | None = None) -> Decoded:
+                  layer_hook: Callable[[int], None] | None = None, clock: int | None = None) -> Decoded:
     """Prefill ``ids`` over the cache and decode up to ``budget`` tokens. ``on_text(partial, new)``
     streams the answer; ``should_stop()`` cancels before a token; TTFT is taken from ``started``
-    (time.perf_counter() when the question arrived)."""
-    hidden = adapter.forward(adapter.embed_text(ids), adapter.text_tokens(len(ids)), policy, key_filter, layer_hook)
+    (time.perf_counter() when the question arrived). ``clock``: the camera clock the question is
+    on (its positions follow that camera's, cache/clocks.py); None: after every position held."""
+    hidden = adapter.forward(adapter.embed_text(ids), adapter.text_tokens(len(ids), clock=clock), policy, key_filter,
+                             layer_hook)
     logits = adapter.logits(hidden[0, -1])
     out: list[int] = []
     ttft = 0.0
@@ -50,8 +52,8 @@ def greedy_decode(adapter: ModelAdapter, policy: CachePolicy, ids: list[int], bu
                 on_text(partial, partial[len(text):])
                 text = partial
         if step + 1 < budget:
-            hidden = adapter.forward(adapter.embed_text([token]), adapter.text_tokens(1), policy, key_filter,
-                                     layer_hook)
+            hidden = adapter.forward(adapter.embed_text([token]), adapter.text_tokens(1, clock=clock), policy,
+                                     key_filter, layer_hook)
             logits = adapter.logits(hidden[0, -1])
     if on_text is not None:
         final = adapter.decode(out)

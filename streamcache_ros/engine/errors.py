@@ -46,3 +46,27 @@ class AnswerError(StreamCacheError):
 
 class SnapshotError(StreamCacheError):
     """A memory snapshot could not be written or was refused on load."""
+
+
+# -- failures while the model runs -------------------------------------------------------------------
+def is_out_of_memory(err: BaseException) -> bool:
+    import torch  # noqa: PLC0415 - the error classes above need no torch
+
+    return isinstance(err, (torch.cuda.OutOfMemoryError, torch.OutOfMemoryError, MemoryError))
+
+
+def release_device_memory(err: BaseException) -> None:
+    """After an out-of-memory error: hand the allocator's cached blocks back, so the next chunk or
+    question starts from what the cache really holds."""
+    if is_out_of_memory(err):
+        import torch  # noqa: PLC0415
+
+        torch.cuda.empty_cache()  # a no-op where CUDA was never initialised
+
+
+def describe_failure(err: BaseException) -> str:
+    """One line for a failure inside the model: its type, its first line, and what to do about an
+    out-of-memory error."""
+    text = str(err).splitlines()[0] if str(err) else ""
+    hint = " (out of memory: lower budget_tokens, chunk_frames or the frame size)" if is_out_of_memory(err) else ""
+    return f"{type(err).__name__}: {text}{hint}"

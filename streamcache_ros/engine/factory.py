@@ -22,12 +22,15 @@ from .cache.sap import HEAD_MAP_FILE, HeadMap
 from .cache.settings import GENERAL, GENERAL_NAMES, INHERITED
 from .errors import ConfigError
 from .models import DEFAULT_MODEL
-from .session import Session, SessionConfig
+from .config import SessionConfig
+from .session import Session
 
 ENGINE_DEFAULTS: dict[str, Any] = {
     "model_path": DEFAULT_MODEL,
     "policy": "hermes",
     "budget_tokens": 0,  # 0: the model folder's budget_tokens (streamcache.json), else FALLBACK_BUDGET_TOKENS
+    # how cameras share the bound of a bounded policy: equal (each its share) | shared (cache/clocks.py)
+    "camera_budget_share": "equal",
     "sample_fps": 1.0,
     "chunk_frames": 8,
     "device": "auto",
@@ -43,6 +46,8 @@ ENGINE_DEFAULTS: dict[str, Any] = {
     "vision_onnx_providers": "auto",  # auto = TensorRT, CUDA, CPU as available; or e.g. "cuda,cpu"
     "evidence_k": 3,  # evidence frames per answer (a request's evidence_k = 0); 0 = none
     "evidence_layers": [],  # [] = the model folder's evidence_layers.json, else the middle half of the layers
+    "options_mode": "scored",  # scored: the most likely option (with probabilities) | generated: free generation
+    "rows_per_pass": 64,  # questions asked together in one forward pass (the when search, standing questions)
 }
 # The budget of a model whose folder names none (HERMES's M, docs/hermes.md "Budgets")
 FALLBACK_BUDGET_TOKENS = 6000
@@ -202,7 +207,8 @@ def session_config(p: dict[str, Any]) -> SessionConfig:
     return SessionConfig(chunk_frames=int(p["chunk_frames"]), max_question_tokens=int(p["max_question_tokens"]),
                          max_new_tokens=int(p["max_new_tokens"]), repetition_penalty=float(p["repetition_penalty"]),
                          cameras=tuple(p.get("camera_topics") or ()), evidence_k=int(p["evidence_k"]),
-                         evidence_layers=tuple(int(layer) for layer in p["evidence_layers"] or ()))
+                         evidence_layers=tuple(int(layer) for layer in p["evidence_layers"] or ()),
+                         options_mode=str(p["options_mode"]), rows_per_pass=int(p["rows_per_pass"]))
 
 
 def model_evidence_layers(adapter: ModelAdapter) -> tuple[int, ...]:

@@ -12,7 +12,8 @@ token layout it is later asked in (docs/world-models.md, "One layout"):
   tokens keep their relative layout (Qwen's M-RoPE with its temporal stride), text advances one
   position per token on every axis;
 - the mask: the stream is causal, a question sees the stream as it was when it was asked and
-  itself, never another question; the stream never sees a question.
+  itself, never another question; the stream never sees a question. A question over a time
+  window sees the prefix and only the units of the window (``window_key_mask``).
 
 No model, no policy here: torch tensors and lists only.
 """
@@ -144,12 +145,23 @@ def mrope_chunk_positions(units: int, rows: int, cols: int, t_stride: float, dev
 
 
 # -- a whole stream at once (training, and the golden test against the Session) --------------------
+def window_key_mask(token_units: torch.Tensor, visible_units) -> torch.Tensor:
+    """[K] bool: the keys a question over a time window may attend to, given each key's unit id:
+    the prefix and the tokens of the window's units; nothing else (docs/interfaces.md "Time
+    windows and evidence"). The Session's cache applies the same rule (``KVStore.visible``)."""
+    from .cache.units import PREFIX_UNIT  # noqa: PLC0415 - the cache imports this module
+
+    units = torch.as_tensor(sorted(int(u) for u in visible_units), dtype=torch.long)
+    return (token_units == PREFIX_UNIT) | torch.isin(token_units, units.to(token_units.device))
+
+
 @dataclass
 class Segment:
     kind: str  # "prefix" | "chunk" | "question"
     start: int  # first token in the packed sequence
     length: int
     sees: int = 0  # a question: how many stream tokens (prefix and chunks) it sees
+    window_units: tuple[int, ...] | None = None  # a windowed question: the only units it sees
 
 
 @dataclass
@@ -165,12 +177,14 @@ class StreamLayout:
         return [s for s in self.segments if s.kind == "question"]
 
 
-def lay_out_stream(prefix_len: int, chunk_positions: list[torch.Tensor], questions: list[tuple[int, int]],
-                   axes: int) -> StreamLayout:
+def lay_out_stream(prefix_len: int, chunk_positions: list[torch.Tensor], questions: list[tuple],
+                   axes: int, chunk_units: list[torch.Tensor] | None = None) -> StreamLayout:
     """Positions and mask for a prefix of ``prefix_len`` tokens, chunks with the given relative
-    positions ([axes, n] each), and ``questions`` as (chunks encoded before it, its token count).
-    Each chunk starts at ``next_offset`` of what precedes it; each question at ``next_offset`` of
-    the stream as it was asked (questions leave the cache as it was, so they move nothing)."""
+    positions ([axes, n] each), and ``questions`` as (chunks encoded before it, its token count)
+    or (chunks before, token count, the units of its time window). Each chunk starts at
+    ``next_offset`` of what precedes it; each question at ``next_offset`` of the stream as it was
+    asked, a windowed one too (questions leave the cache as it was, so they move nothing).
+    ``chunk_units``: each chunk token's unit id, needed by windowed questions."""
     parts = [text_positions(prefix_len, axes)]
     segments = [Segment("prefix", 0, prefix_len)]
     ends = [prefix_len]  # stream length after each chunk
@@ -183,19 +197,32 @@ def lay_out_stream(prefix_len: int, chunk_positions: list[torch.Tensor], questio
         ends.append(ends[-1] + placed.shape[1])
     total = ends[-1]
     question_parts = []
-    for chunks_before, length in questions:
+    for chunks_before, length, *window in questions:
         if not 0 <= chunks_before <= len(chunk_positions):
             raise ValueError(f"a question after {chunks_before} chunks; the stream has {len(chunk_positions)}")
         sees = ends[chunks_before]
         question_parts.append(text_positions(length, axes, next_offset(stream[:, :sees])))
-        segments.append(Segment("question", total + sum(p.shape[1] for p in question_parts[:-1]), length, sees))
+        units = tuple(sorted(int(u) for u in window[0])) if window and window[0] is not None else None
+        segments.append(Segment("question", total + sum(p.shape[1] for p in question_parts[:-1]), length, sees,
+                                units))
     positions = torch.cat(parts + question_parts, dim=1)
     size = positions.shape[1]
     mask = torch.zeros(size, size, dtype=torch.bool)
     mask[:total, :total] = torch.ones(total, total, dtype=torch.bool).tril()
+    token_units = None
+    if any(seg.window_units is not None for seg in segments):
+        if chunk_units is None or len(chunk_units) != len(chunk_positions):
+            raise ValueError("windowed questions need every chunk token's unit (chunk_units)")
+        from .cache.units import PREFIX_UNIT  # noqa: PLC0415 - the cache imports this module
+
+        token_units = torch.cat([torch.full((prefix_len,), PREFIX_UNIT, dtype=torch.long)]
+                                + [u.to(torch.long) for u in chunk_units])
     for seg in segments:
         if seg.kind == "question":
             rows = slice(seg.start, seg.start + seg.length)
-            mask[rows, :seg.sees] = True
+            if seg.window_units is None:
+                mask[rows, :seg.sees] = True
+            else:
+                mask[rows, :seg.sees] = window_key_mask(token_units[:seg.sees], seg.window_units)
             mask[rows, rows] = torch.ones(seg.length, seg.length, dtype=torch.bool).tril()
     return StreamLayout(positions, mask, segments)

@@ -44,8 +44,9 @@ def prefill_chunk(adapter: ModelAdapter, policy: CachePolicy, embeds: torch.Tens
     """Prefill ``embeds`` [Q, hidden], the tokens ``chunk`` describes (positions relative to the
     chunk's start), through ``policy``; returns the forwards run.
 
-    A forward places its tokens at the policy's next offset (max + 1 of what it holds), so each
-    block's positions are rebased on the blocks before it: together they take the chunk's own."""
+    A forward places its tokens at the policy's next offset on the chunk's clock (max + 1 of what
+    that clock holds, cache/clocks.py), so each block's positions are rebased on the blocks before
+    it: together they take the chunk's own."""
     rel = chunk.rel_positions
     forwards = 0
     for blocks in prefill_steps(rel.shape[1], tokens_per_unit, policy.prefill_unit_by_unit, block_tokens):
@@ -53,11 +54,12 @@ def prefill_chunk(adapter: ModelAdapter, policy: CachePolicy, embeds: torch.Tens
         video = chunk.units[step][chunk.units[step] >= 0]
         first_unit = int(video.min()) if video.numel() else None
         for part in blocks:
-            new = NewTokens(rel[:, part] - _offset(rel, part.start), chunk.units[part], chunk.chunks[part], first_unit)
+            new = NewTokens(rel[:, part] - _offset(rel, part.start), chunk.units[part], chunk.chunks[part],
+                            clock=chunk.clock, first_unit=first_unit)
             adapter.forward(embeds[None, part], new, policy, layer_hook=layer_hook)
             forwards += 1
         policy.after_prefill(NewTokens(rel[:, step] - _offset(rel, step.start), chunk.units[step], chunk.chunks[step],
-                                       first_unit))
+                                       clock=chunk.clock, first_unit=first_unit))
     return forwards
 
 

@@ -17,7 +17,13 @@ import torch
 
 from .errors import SnapshotError
 
-SNAPSHOT_FORMAT = 2  # 1: a bare torch.save file, no digest (refused: save the memory again)
+SNAPSHOT_FORMAT = 3
+# Older formats, refused with the reason (a snapshot holds positions: they cannot be converted)
+OLD_FORMATS = {
+    1: "a bare torch.save file without a digest",
+    2: "every camera's frames on one position clock, where this node keeps a clock per camera "
+       "(docs/architecture.md \"Positions\")",
+}
 MAGIC = b"streamcache-snapshot"
 IDENTITY_KEYS = ("model_id", "config_hash", "policy", "policy_config")
 HEADER_LIMIT = 256  # bytes: the header line is far shorter
@@ -61,8 +67,11 @@ def _payload(path: str) -> bytes:
             if data.startswith(b"PK") else ""
         raise SnapshotError(f"'{path}' is not a streamcache snapshot{older}")
     if fields[1] != str(SNAPSHOT_FORMAT).encode():
-        raise SnapshotError(f"snapshot '{path}' is of format {fields[1].decode(errors='replace')}; this node reads "
-                            f"format {SNAPSHOT_FORMAT}")
+        version = fields[1].decode(errors="replace")
+        why = OLD_FORMATS.get(int(version) if version.isdigit() else -1)
+        reason = f" ({why}): it cannot be read; record the memory again and save it anew" if why else ""
+        raise SnapshotError(f"snapshot '{path}' is of format {version}{reason}; this node reads format "
+                            f"{SNAPSHOT_FORMAT}")
     payload = data[end + 1:]
     if hashlib.sha256(payload).hexdigest().encode() != fields[2]:
         raise SnapshotError(f"snapshot '{path}' is damaged: truncated or altered (its digest does not match)")

@@ -4,20 +4,13 @@ The node turns these into ROS messages and diagnostics; it reads nothing else of
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
 from .cache import CacheStats, ChunkOutcome
-
-
-@dataclass
-class UnitInfo:
-    stamps: tuple[float, ...]
-    camera: str
-    chunk: int
-    tokens: int = 0  # the unit's tokens when it arrived, per layer (H2SVC: per KV head); 0: a snapshot from before this was kept
 
 
 @dataclass(frozen=True)
@@ -88,6 +81,39 @@ class Answer:
     evidence: list[EvidenceFrame] = field(default_factory=list)  # strongest first, at most evidence_k
     # the summary tokens' share of the attention mass on frames and summary tokens (HERMES; 0 otherwise)
     evidence_summary_share: float = 0.0
+    # options scored by their likelihood (options_mode "scored"): one probability per option; empty otherwise
+    option_probabilities: list[float] = field(default_factory=list)
+
+
+@dataclass
+class WhenAnswer:
+    """The when search's answer (docs/interfaces.md "When"): the stamp where the answer is yes last
+    or first, its window's P(yes), the timeline (one P(yes) per frame stamp, oldest first), and what
+    the search cost."""
+
+    found: bool
+    stamp: float
+    camera: str
+    yes_probability: float
+    timeline_stamps: list[float]
+    timeline_yes_probability: list[float]
+    questions_asked: int
+    total_ms: float
+    frames_searched: int
+
+
+@dataclass(frozen=True)
+class WatchAnswer:
+    """A standing question's answer over one chunk's window."""
+
+    question: str
+    camera: str
+    stamp: float  # the window's last frame stamp
+    yes_probability: float
+
+    @property
+    def answer(self) -> str:
+        return "yes" if self.yes_probability >= 0.5 else "no"
 
 
 @dataclass
@@ -131,6 +157,21 @@ class DeviceMemory:
                    torch.cuda.max_memory_allocated(device), torch.cuda.get_device_properties(device).total_memory)
 
 
+def process_rss_bytes() -> int:
+    """This process's resident memory in bytes (Linux: /proc/self/statm; elsewhere the peak from
+    getrusage, the best the standard library offers; 0 when neither is readable)."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        try:
+            import resource  # noqa: PLC0415
+
+            return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
+        except (ImportError, OSError):
+            return 0
+
+
 @dataclass(frozen=True)
 class EngineInfo:
     """What a session runs: the same for its whole life."""
@@ -168,6 +209,7 @@ class SessionStatus:
     cameras: list[str] = field(default_factory=list)
     most_questions_a_chunk_waited_for: int = 0
     camera_memory: dict[str, MemoryCounts] = field(default_factory=dict)  # per camera, as frames_in_memory
+    process_rss_bytes: int = 0  # the process's resident host memory (what an edge board runs out of first)
 
     @property
     def memory(self) -> MemoryCounts:

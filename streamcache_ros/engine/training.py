@@ -23,6 +23,9 @@ class AskedQuestion:
     text: str
     options: list[str]
     answer: str  # the target: the answer's words (followed by the end-of-turn token)
+    # a time window, frame indices both inside (None: the whole stream so far): the question sees
+    # only the units holding a frame of the window, as a windowed Session.ask does
+    window: tuple[int, int] | None = None
 
 
 @dataclass
@@ -52,21 +55,30 @@ def lay_out_example(adapter: ModelAdapter, frames: list[np.ndarray], questions: 
     chunks = stream_chunks(len(frames), points, chunk_frames)
     prefix_ids = adapter.prefix_ids
     parts = [adapter.embed_text(prefix_ids)[0]]
-    chunk_positions = []
+    chunk_positions, chunk_units, unit_frames = [], [], []
     for chunk in chunks:
         inputs = adapter.preprocess([frames[i] for i in chunk])
         parts.append(adapter.vision_features(inputs.tensors).to(adapter.dtype))
         chunk_positions.append(adapter.chunk_rel_positions(inputs).cpu())
+        # unit ids in arrival order, as the Session numbers them
+        ids = torch.arange(len(unit_frames), len(unit_frames) + inputs.num_units)
+        chunk_units.append(ids.repeat_interleave(inputs.tokens_per_unit))
+        unit_frames += [tuple(chunk[i] for i in members) for members in inputs.unit_frames]
     ends = np.cumsum([len(c) for c in chunks])
     asked, answers = [], []
     for q in questions:
         ids, answer = question_tokens(adapter, q)
         # the chunks encoded when the question arrives: all that end at or before its frame count
         chunks_before = int(np.searchsorted(ends, q.after_frames, side="right"))
-        asked.append((chunks_before, len(ids)))
+        window = None
+        if q.window is not None:
+            window = [u for u, members in enumerate(unit_frames) if any(q.window[0] <= f <= q.window[1] for f in members)]
+            if not window:
+                raise ValueError(f"the window {q.window} holds no frame of the stream")
+        asked.append((chunks_before, len(ids), window))
         answers.append((ids, answer))
         parts.append(adapter.embed_text(ids)[0])
-    layout = lay_out_stream(len(prefix_ids), chunk_positions, asked, adapter.position_axes)
+    layout = lay_out_stream(len(prefix_ids), chunk_positions, asked, adapter.position_axes, chunk_units)
     rows, targets, spans = [], [], []
     for seg, (ids, answer) in zip(layout.questions(), answers):
         first = seg.start + len(ids) - len(answer)  # the prompt's last token predicts the answer's first

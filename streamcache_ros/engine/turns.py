@@ -4,7 +4,7 @@ With a plain lock a chunk that is due waits for the question in progress, then r
 question waiting for the lock; with two clients asking back to back it can lose again and again,
 and the camera stream backs up. Here a waiting chunk (or any other short "priority" user: status,
 reset, save, load) goes before every question still waiting, so ingest waits for at most the one
-question in progress (issue 7: "ingest never blocked for longer than one question").
+question in progress (docs/reliability.md, "Threads and executor").
 """
 from __future__ import annotations
 

@@ -232,6 +232,7 @@ class CameraIngest:
                 self.get_logger().error(f"{self._ingest_error}\n{traceback.format_exc()}")
             if report is not None:
                 self._ingest_error = ""
+                self._watch_chunk(report)  # time_questions.py: standing questions over this chunk
             if report is not None or failed:
                 self._refresh_status()
                 self.publish_memory_status()

@@ -9,9 +9,12 @@
   when every frame since the last update was rejected).
 - "memory": KV tokens and bytes held vs the budget, per-layer (and per-bank) summary, CUDA memory.
   ERROR when chunks fail again and again (the memory is not updating: answers come from stale
-  frames) or the memory reached the model's position range (the full cache takes no more frames); WARN when a layer holds more video tokens than the budget, or CUDA memory is nearly full.
-- "latency": encode / prefill / compress ms of the last chunk and the last TTFT. WARN when a chunk
-  takes longer than the encoder's time for it: the stream time one chunk covers (chunk_frames /
+  frames) or the memory reached the model's position range (the full cache takes no more frames); WARN when
+  a layer holds more video tokens than the budget (a budget lowered at runtime is OK, said to be
+  pending, until the next chunk's compression), or CUDA memory is nearly full.
+- "latency": encode / prefill / compress ms of the last chunk, the standing questions' time on it,
+  and the last TTFT. WARN when a chunk (its standing questions included) takes longer than the
+  encoder's time for it: the stream time one chunk covers (chunk_frames /
   sample_fps) shared by every camera, since each camera fills its own chunks in that time (the
   encoder falls behind); ERROR when a chunk failed since the last update.
 
@@ -55,6 +58,9 @@ class EngineView:
     chunk_error: str = ""  # the last chunk failure
     snapshot: str = ""  # the memory snapshot's state ("" = not shown)
     snapshot_error: str = ""  # a snapshot refused at start
+    budget_pending: bool = False  # a budget set at runtime that the next chunk's compression brings the memory to
+    watch_ms: float = 0.0  # the standing questions' time on the last chunk
+    watch_questions: int = 0  # standing questions asked per chunk
 
 
 def _fmt_ms(value: float) -> str:
@@ -122,7 +128,10 @@ class NodeDiagnostics:
         self.view = view
         self.engine = EngineTasks(view)
         self.updater = updater_lib.Updater(node)
-        self.updater.setHardwareID("none")
+        # robots on one domain: statuses named "<fully qualified node name>: <task>" and the hardware
+        # id that name, so rqt_robot_monitor tells /robot1/streamcache_node from /robot2/...
+        self.updater.node_name = node.get_fully_qualified_name()
+        self.updater.setHardwareID(node.get_fully_qualified_name())
         # The Updater times itself by the node's clock; with use_sim_time that clock stops when a
         # replay's /clock does, and so would /diagnostics. A steady timer keeps them at 1 Hz.
         node.destroy_timer(self.updater.timer)
@@ -159,8 +168,7 @@ class NodeDiagnostics:
         for stamps in self._stamp_tasks.values():
             stamps.params.max_acceptable = max_delay
 
-    def add_engine(self, model_id: str) -> None:
-        self.updater.setHardwareID(model_id)
+    def add_engine(self) -> None:
         self._add(updater_lib.FunctionDiagnosticTask("memory", self.engine.memory))
         self._add(updater_lib.FunctionDiagnosticTask("latency", self.engine.latency))
 
@@ -207,6 +215,9 @@ class EngineTasks:
                                 f"{m.newest_stamp:.3f}")
         elif v.snapshot_error:
             stat.summary(WARN, v.snapshot_error)
+        elif cache.budget_tokens and video_max > cache.budget_tokens and v.budget_pending:
+            stat.summary(OK, f"budget changed to {cache.budget_tokens} video tokens per layer: pending, the next "
+                             f"chunk brings the memory to it (a layer holds {video_max} now)")
         elif cache.budget_tokens and video_max > cache.budget_tokens:
             stat.summary(WARN, f"over budget: a layer holds {video_max} video tokens, budget {cache.budget_tokens}")
         elif device.total_bytes and device.reserved_bytes > GPU_NEARLY_FULL * device.total_bytes:
@@ -226,6 +237,7 @@ class EngineTasks:
         stat.add("Budget (video tokens per layer)", str(cache.budget_tokens) if cache.budget_tokens else "none")
         stat.add("System prompt tokens per layer", str(m.prefix_tokens))
         stat.add("Chunks failed in a row", str(m.chunks_failed_in_a_row))
+        stat.add("Process RSS (MiB)", f"{m.process_rss_bytes / MIB:.1f}")
         if v.snapshot:
             stat.add("Memory snapshot", v.snapshot)
         if layers:
@@ -246,7 +258,7 @@ class EngineTasks:
         failed = m.chunks_failed - self._chunks_failed
         self._chunks_failed = m.chunks_failed
         encode, prefill, compress = (chunk.encode_ms, chunk.prefill_ms, chunk.compress_ms) if chunk else (0.0,) * 3
-        chunk_ms = encode + prefill + compress
+        chunk_ms = encode + prefill + compress + (v.watch_ms if chunk else 0.0)
         span_ms = v.chunk_span_s * 1e3
         budget_ms = span_ms / v.cameras  # every camera fills a chunk in span_ms
         per = f" of stream ({v.cameras} cameras: {budget_ms:.0f} ms each)" if v.cameras > 1 else " of stream"
@@ -262,6 +274,8 @@ class EngineTasks:
         stat.add("Encode (ms, last chunk)", _fmt_ms(encode))
         stat.add("Prefill (ms, last chunk)", _fmt_ms(prefill))
         stat.add("Compress (ms, last chunk)", _fmt_ms(compress))
+        stat.add("Standing questions (ms, last chunk)", _fmt_ms(v.watch_ms))
+        stat.add("Standing questions", str(v.watch_questions))
         stat.add("Stream time per chunk (ms)", _fmt_ms(span_ms))
         stat.add("Cameras", str(v.cameras))
         stat.add("Encoder time per chunk, all cameras (ms)", _fmt_ms(budget_ms))

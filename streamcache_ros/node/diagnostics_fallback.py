@@ -184,10 +184,11 @@ class TimeStampStatus(DiagnosticTask):
 
 class Updater:
     """Runs its tasks every ``diagnostic_updater.period`` seconds (a node parameter, default 1.0) and
-    publishes them on /diagnostics as "<node name>: <task name>"."""
+    publishes them on /diagnostics as "<node_name>: <task name>" (the node's name unless set)."""
 
     def __init__(self, node, period=1.0):
         self.node = node
+        self.node_name = node.get_name()
         self.tasks: list[DiagnosticTask] = []
         self.lock = threading.Lock()
         self.hwid = ""
@@ -230,7 +231,7 @@ class Updater:
         array = DiagnosticArray()
         array.header.stamp = self.node.get_clock().now().to_msg()
         for stat in statuses:
-            array.status.append(DiagnosticStatus(level=stat.level, name=f"{self.node.get_name()}: {stat.name}",
+            array.status.append(DiagnosticStatus(level=stat.level, name=f"{self.node_name}: {stat.name}",
                                                  message=stat.message, hardware_id=stat.hardware_id,
                                                  values=list(stat.values)))
         self.publisher.publish(array)

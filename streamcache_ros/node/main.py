@@ -75,13 +75,13 @@ def check_params_file(path: str) -> None:
 class StopSignals:
     """SIGINT and SIGTERM while the node runs: a stop request, nothing more.
 
-    rclpy's own handlers shut the ROS context down at once and then raise KeyboardInterrupt wherever
-    the main thread happens to be: everything logged afterwards (the memory snapshot written at
-    stop) failed with "Failed to publish log message to rosout: publisher's context is invalid", and
-    an interrupt landing in a finaliser printed a traceback (issue 18, item 5). Here a signal only
-    asks the spin loop to end; the node stops, logs and is destroyed while the context is valid,
-    then the context is shut down. While the node is still starting (a model loading) a signal
-    interrupts that at once, as before: a stop, not a failed start.
+    rclpy's own handlers shut the ROS context down at once and then raise KeyboardInterrupt wherever the
+    main thread happens to be: everything logged afterwards (the memory snapshot written at stop) failed
+    with "Failed to publish log message to rosout: publisher's context is invalid", and an interrupt
+    landing in a finaliser printed a traceback (docs/reliability.md, "Lifecycle"). Here a signal only
+    asks the spin loop to end; the node stops, logs and is destroyed while the context is valid, then
+    the context is shut down. While the node is still starting (a model loading) a signal interrupts
+    that at once, as before: a stop, not a failed start.
     """
 
     def __init__(self):
@@ -125,11 +125,11 @@ def end_process(code: int) -> None:
     the ROS context shut down, the log flushed), without the interpreter's teardown.
 
     That teardown frees torch's and rclpy's / Fast DDS's native objects (thread pools, the DDS
-    participant's factory, their static singletons) in an order neither library controls, while
-    their threads may still run; on a bad parameter (model loaded, exit code 2) it once ended in a
-    SIGSEGV with no output instead of exit code 2 (issue 18, item 10; docs/reliability.md, "Bad
-    configuration"). Nothing is left for it to do: every file we write is closed and renamed
-    before this point (the memory snapshot), and the C and Python output buffers are flushed here.
+    participant's factory, their static singletons) in an order neither library controls, while their
+    threads may still run; on a bad parameter (model loaded, exit code 2) it once ended in a SIGSEGV
+    with no output instead of exit code 2 (docs/reliability.md, "Bad configuration"). Nothing is left
+    for it to do: every file we write is closed and renamed before this point (the memory snapshot), and
+    the C and Python output buffers are flushed here.
     """
     for stream in (sys.stdout, sys.stderr):
         try:

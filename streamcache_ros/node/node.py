@@ -20,7 +20,8 @@ and the memory unchanged; nothing a camera or a client sends can end the process
 
 Names: a camera is known everywhere (the session, the log, the diagnostics, MemoryStatus, errors) by
 its resolved topic, namespace and remaps applied; a question may name it as written in
-camera_topics too. Parameters that can change at runtime: tuning.py.
+camera_topics too. Parameters that can change at runtime: tuning.py; memory_status and what the
+diagnostics read: status.py.
 """
 from __future__ import annotations
 
@@ -33,8 +34,8 @@ from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackRet
 from rclpy.qos import QoSDurabilityPolicy, QoSHistoryPolicy, QoSProfile, QoSReliabilityPolicy
 from std_msgs.msg import Header
 from streamcache_ros_interfaces.action import Ask as AskAction
-from streamcache_ros_interfaces.msg import MemoryStatus
-from streamcache_ros_interfaces.srv import Ask, LoadMemory, MemoryTimeline, ResetMemory, SaveMemory
+from streamcache_ros_interfaces.msg import MemoryStatus, WatchEvent
+from streamcache_ros_interfaces.srv import Ask, LoadMemory, MemoryTimeline, ResetMemory, SaveMemory, When
 
 from ..engine import failpoints
 from ..engine.errors import AnswerError, ChunkError, ConfigError, ModelLoadError, StreamCacheError
@@ -43,10 +44,12 @@ from ..engine.status import EngineInfo, SessionStatus
 from . import params, translate
 from .cameras import CameraIngest, CameraInput
 from .memory_services import MemoryServices
-from .diagnostics import EngineView, NodeDiagnostics
+from .diagnostics import NodeDiagnostics
 from .image_conversion import ImageConverter
 from .sampler import CameraCounters, FrameQueues
 from .snapshots import SnapshotKeeper, check_path, snapshot_dir
+from .status import StatusReports
+from .time_questions import EVENT_QOS, TimeQuestions
 from .tuning import RuntimeTuning
 
 NODE_NAME = "streamcache_node"
@@ -59,7 +62,7 @@ ACK_QOS = QoSProfile(history=QoSHistoryPolicy.KEEP_LAST, depth=1000, reliability
                      durability=QoSDurabilityPolicy.VOLATILE)
 
 
-class StreamCacheNode(CameraIngest, MemoryServices, RuntimeTuning, LifecycleNode):
+class StreamCacheNode(CameraIngest, MemoryServices, TimeQuestions, RuntimeTuning, StatusReports, LifecycleNode):
     def __init__(self, node_name: str = NODE_NAME, **kwargs):
         super().__init__(node_name, **kwargs)
         self.values = params.declare_all(self)  # ConfigError: a wrong type or a value out of range
@@ -90,8 +93,8 @@ class StreamCacheNode(CameraIngest, MemoryServices, RuntimeTuning, LifecycleNode
         self._question_group = MutuallyExclusiveCallbackGroup()
         self._action_group = ReentrantCallbackGroup()
         self._timer_group = MutuallyExclusiveCallbackGroup()
-        self.add_on_set_parameters_callback(self._check_parameter_changes)
-        self.add_post_set_parameters_callback(self._on_parameters_set)
+        self._init_time_questions()  # time_questions.py
+        self._watch_parameters()  # tuning.py
 
     # -- lifecycle ------------------------------------------------------------------------------
     def on_configure(self, state: LifecycleState) -> TransitionCallbackReturn:
@@ -120,7 +123,9 @@ class StreamCacheNode(CameraIngest, MemoryServices, RuntimeTuning, LifecycleNode
         faults = failpoints.arm_from_environment()  # before the model loads: a typo fails fast
         self.values = values
         topics = {name: self.resolve_topic_name(name) for name in values["camera_topics"]}
-        self.session = build_session({**params.engine_params(values), "camera_topics": list(topics.values())})
+        session = build_session({**params.engine_params(values), "camera_topics": list(topics.values())})
+        self._show_budget_in_force(session)
+        self.session = session
         self.info = self.session.info()
         if faults is not None:
             self.get_logger().warning(f"{failpoints.ENV}={faults}: TEST faults are being injected")
@@ -131,6 +136,7 @@ class StreamCacheNode(CameraIngest, MemoryServices, RuntimeTuning, LifecycleNode
             log = self.get_logger().error if self.snapshots.state == "refused" else self.get_logger().info
             log(restored)
         self.sample_fps = float(values["sample_fps"])
+        self.set_watch_questions(values["watch_questions"])
         self.converter = ImageConverter(int(values["max_image_pixels"]))
         self.cameras = {topic: CameraInput(name, CameraCounters(topic, self.sample_fps),
                                            MutuallyExclusiveCallbackGroup(), topic)
@@ -148,7 +154,7 @@ class StreamCacheNode(CameraIngest, MemoryServices, RuntimeTuning, LifecycleNode
             self.diagnostics.add_camera(camera.topic, camera.counters, min_rate, max_delay,
                                         qos=lambda c=camera: (c.qos_text, c.qos_changes))
         info = self.info
-        self.diagnostics.add_engine(info.model_id)
+        self.diagnostics.add_engine()
         self.get_logger().info(
             f"configured: model {info.model_id} ({info.model_family}, {info.device}, {info.dtype}), "
             f"policy {info.policy}, cameras {', '.join(self.cameras)}, sample_fps {self.sample_fps}, "
@@ -165,6 +171,7 @@ class StreamCacheNode(CameraIngest, MemoryServices, RuntimeTuning, LifecycleNode
             self.create_service(SaveMemory, "save_memory", self._on_save, callback_group=q),
             self.create_service(LoadMemory, "load_memory", self._on_load, callback_group=q),
             self.create_service(MemoryTimeline, "memory_timeline", self._on_memory_timeline, callback_group=q),
+            self.create_service(When, "when", self._on_when, callback_group=q),
         ]
         self._action = ActionServer(self, AskAction, "ask_action", execute_callback=self._execute_ask,
                                     goal_callback=lambda goal: GoalResponse.ACCEPT,
@@ -172,6 +179,7 @@ class StreamCacheNode(CameraIngest, MemoryServices, RuntimeTuning, LifecycleNode
                                     callback_group=self._action_group)
         self.status_pub = self.create_publisher(MemoryStatus, "memory_status", STATUS_QOS)
         self.ack_pub = self.create_publisher(Header, "frame_acks", ACK_QOS)
+        self.watch_pub = self.create_publisher(WatchEvent, "watch_events", EVENT_QOS)
 
     def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
         for camera in self.cameras.values():
@@ -240,7 +248,7 @@ class StreamCacheNode(CameraIngest, MemoryServices, RuntimeTuning, LifecycleNode
         if getattr(self, "_action", None) is not None:
             self._action.destroy()
             self._action = None
-        for name in ("status_pub", "ack_pub"):
+        for name in ("status_pub", "ack_pub", "watch_pub"):
             if getattr(self, name, None) is not None:
                 self.destroy_publisher(getattr(self, name))
                 setattr(self, name, None)
@@ -249,6 +257,7 @@ class StreamCacheNode(CameraIngest, MemoryServices, RuntimeTuning, LifecycleNode
         self.cameras = {}
         self.session = None
         self.info = None
+        self._show_budget_given()
 
     def stop(self) -> None:
         """Called on SIGINT / shutdown from main: stop questions and the ingest thread, then write the
@@ -327,47 +336,3 @@ class StreamCacheNode(CameraIngest, MemoryServices, RuntimeTuning, LifecycleNode
         else:
             goal_handle.abort()
         return result
-
-    # -- status ---------------------------------------------------------------------------------
-    def _refresh_status(self) -> None:
-        session = self.session
-        if session is not None:
-            status = session.status()
-            with self._status_lock:
-                self._status = status
-
-    def memory_status(self) -> MemoryStatus:
-        """The MemoryStatus message: the engine's status plus the live frame counters."""
-        with self._status_lock:
-            status = self._status
-        stamp = self.get_clock().now().to_msg()
-        if status is None:
-            msg = MemoryStatus()
-            msg.header.stamp = stamp
-            return msg
-        return translate.memory_status(status, {c.topic: c.counters.snapshot() for c in list(self.cameras.values())},
-                                       stamp, self.slots.most_waiting)
-
-    def engine_view(self) -> EngineView:
-        """What the memory and latency diagnostics read."""
-        with self._status_lock:
-            status = self._status
-        status = status or SessionStatus()
-        span = self.info.chunk_frames / self.sample_fps if self.info is not None else 0.0
-        return EngineView(status=status, active=self._active, chunk_span_s=span, cameras=max(1, len(self.cameras)),
-                          ingest_fps=sum(c.counters.snapshot().ingest_rate for c in list(self.cameras.values())),
-                          chunk_error=self._ingest_error or status.last_chunk_error,
-                          snapshot=self.snapshots.summary(),
-                          snapshot_error=self.snapshots.detail if self.snapshots.state == "refused" else "")
-
-    def publish_memory_status(self) -> None:
-        if self._active:
-            self._publish(self.status_pub, self.memory_status())
-
-    def _publish(self, publisher, msg) -> None:
-        if publisher is None:
-            return
-        try:
-            publisher.publish(msg)
-        except Exception:  # noqa: BLE001 - the context is shutting down (SIGINT): nothing to tell
-            pass

@@ -1,85 +1,42 @@
 """The node's ROS parameters: declared with descriptors (type, range, description), read, validated.
 
-Names are those of docs/interfaces.md. Every engine parameter (``engine.factory.ENGINE_DEFAULTS``) is
-declared, and every registered policy's settings as "<policy>.<setting>" (``hermes.reindex``,
-``h2svc.w_s``), with the description and range its settings dataclass gives, so a YAML for any
-policy works as soon as the policy is registered. Old names still work: each is declared too, with
-its own default, and the factory resolves it. A bad value becomes a ConfigError naming the
-parameter (the node then exits with code 2 and that one line).
+Names are those of docs/interfaces.md, whose parameter tables are made from these declarations
+(scripts/check_docs.py --write; the check fails where they differ). The node's own parameters are
+here; the engine's, and every registered policy's settings as "<policy>.<setting>"
+(``hermes.reindex``, ``h2svc.w_s``) with their old names, come from ``engine.parameters``, so a YAML
+for any policy works as soon as the policy is registered. A bad value becomes a ConfigError naming
+the parameter (the node then exits with code 2 and that one line).
 """
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import Any
 
 from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescriptor
 from rclpy.exceptions import InvalidParameterTypeException, InvalidParameterValueException, ParameterException
 from rclpy.validate_topic_name import validate_topic_name
 
-from ..engine.cache import POLICIES, SettingInfo, policy_settings
-from ..engine.cache.settings import INHERITED
 from ..engine.errors import ConfigError
-from ..engine.factory import ENGINE_DEFAULTS, family_aliases
+from ..engine.factory import ENGINE_DEFAULTS
+from ..engine.parameters import ParameterInfo, engine_parameters, setting_parameters
 from .image_conversion import DEFAULT_MAX_PIXELS
 from .snapshots import default_snapshot_dir
 
 DEFAULT_CAMERA = "/camera/image_raw"
-
-
-@dataclass(frozen=True)
-class Spec:
-    default: Any
-    description: str
-    low: float | int | None = None  # inclusive range, shown in rqt and enforced by rclpy
-    high: float | int | None = None
-    # True: may change while the node runs (tuning.py); False: read at configure, so a change while
-    # configured is refused with the reason and the way (a lifecycle reconfigure or a restart)
-    runtime: bool = False
-    inherits: str | None = None  # default taken from this general parameter's value
-
-
-BIG = 2**31 - 1
-DESCRIPTIONS = {
-    "model_path": "Model: a bundled tiny model's name, a local directory or a Hugging Face hub id "
-                  "(Qwen2.5-VL or LLaVA-OneVision)",
-    "policy": "KV cache policy: one of " + "|".join(sorted(POLICIES)),
-    "budget_tokens": "Video tokens kept per layer by the policies that keep a budget ("
-                     + ", ".join(sorted(p for p in POLICIES if POLICIES[p].settings_class.takes("budget_tokens")))
-                     + "); must hold at least one frame; 0 = the model folder's own (streamcache.json), else 6000",
-    "sample_fps": "Frames per second taken into memory, by message stamp",
-    "chunk_frames": "Frames per camera encoded and prefilled together",
-    "device": "cpu | cuda | cuda:N | auto",
-    "dtype": "auto | float32 | float16 | bfloat16 (auto: float32 on CPU, bf16/fp16 on CUDA)",
-    "attention": "auto | sdpa | flash (flash-attn when importable)",
-    "max_question_tokens": "Longest question accepted, in tokens with its prompt",
-    "max_new_tokens": "Default answer length in tokens (a request's max_new_tokens = 0)",
-    "repetition_penalty": "Greedy decoding's repetition penalty (1.0 = none)",
-    "reindex": "Position re-index: lazy (near max_position_embeddings) | eager (after every chunk)",
-    "reindex_margin": "Lazy re-index starts this many positions before max_position_embeddings",
-    "vision_backend": "Vision encoder: torch | onnxruntime",
-    "vision_onnx_path": "The .onnx file (or its directory) from streamcache-export-encoder (vision_backend onnxruntime)",
-    "vision_onnx_providers": "onnxruntime execution providers: auto (TensorRT, CUDA, CPU as available) or e.g. 'cuda,cpu'",
-    "evidence_k": "Evidence frames an answer names (a request's evidence_k = 0); 0 = none, and no attention "
-                  "mass is computed",
-    "evidence_layers": "Layers whose attention defines evidence; [] = the model folder's evidence_layers.json, "
-                       "else the middle half of the layers",
-}
-RANGES = {
-    "budget_tokens": (0, BIG), "sample_fps": (0.001, 1000.0), "chunk_frames": (1, 4096),
-    "max_question_tokens": (1, BIG), "max_new_tokens": (1, BIG), "repetition_penalty": (0.0, 100.0),
-    "reindex_margin": (0, BIG), "evidence_k": (0, 4096),
-}
+# runtime=True: may change while the node runs (tuning.py); False: read at configure, so a change while
+# configured is refused with the reason and the way (a lifecycle reconfigure or a restart)
+Spec = ParameterInfo
+BIG, BIG_FLOAT = 2**31 - 1, 1e9  # the top of a range open above, as the descriptor gives it
 NODE_SPECS: dict[str, Spec] = {
     "camera_topics": Spec([DEFAULT_CAMERA], "Image topics remembered (sensor_msgs/Image; an entry ending in "
                                             "'/compressed' is sensor_msgs/CompressedImage)"),
     "autostart": Spec(True, "Configure and activate at start (a lifecycle node otherwise waits for "
                             "change_state)"),
-    "max_image_pixels": Spec(DEFAULT_MAX_PIXELS, "Larger images are rejected before decoding", 1, BIG),
+    "max_image_pixels": Spec(DEFAULT_MAX_PIXELS, "Larger images are rejected before decoding", 1),
     "camera_min_rate": Spec(0.0, "Diagnostics: a camera slower than this (Hz) is WARN; 0 = sample_fps",
                             0.0, 1000.0, runtime=True),
     "max_frame_delay": Spec(5.0, "Diagnostics: frames stamped more than this many seconds before the "
-                                 "node's clock are ERROR", 0.0, 1e9, runtime=True),
+                                 "node's clock are ERROR", 0.0, runtime=True),
     "memory_snapshot_path": Spec("", "Memory kept across restarts: restored from this file at configure when "
                                      "it exists, written there at shutdown (empty = off)"),
     "snapshot_dir": Spec(default_snapshot_dir(), "The only folder save_memory and load_memory may touch: their paths "
@@ -88,65 +45,24 @@ NODE_SPECS: dict[str, Spec] = {
     "frame_queue_size": Spec(16, "Sampled frames per camera that may wait for the encoder (a chunk being encoded, a "
                                  "question answered); beyond that the oldest is dropped and counted", 1, 4096),
     "memory_snapshot_period_s": Spec(0.0, "Also write the memory snapshot every this many seconds of ingest "
-                                          "(0 = only at shutdown and on save_memory)", 0.0, 1e9),
+                                          "(0 = only at shutdown and on save_memory)", 0.0),
     "reset_on_time_jump": Spec(False, "Forget the memory when a camera's stamps jump back by more than one "
                                       "sampling period (a bag loop); false keeps it and restarts sampling",
                                runtime=True),
+    "watch_questions": Spec([], "Standing yes/no questions, each asked over the window of every chunk just encoded; "
+                                "every answer is published on watch_events (WatchEvent)", runtime=True),
 }
-
-
-# engine parameters that may change while the node runs (tuning.py; budget_tokens: fifo, hermes, uniform)
-RUNTIME = ("max_new_tokens", "sample_fps", "budget_tokens")
-
-
-def engine_specs() -> dict[str, Spec]:
-    specs = {}
-    for name, default in ENGINE_DEFAULTS.items():
-        low, high = RANGES.get(name, (None, None))
-        specs[name] = Spec(default, DESCRIPTIONS.get(name, "Engine parameter (docs/interfaces.md)"), low, high,
-                           runtime=name in RUNTIME)
-    return specs
-
-
-def setting_spec(policy: str, info: SettingInfo, default=None, description: str = "") -> Spec:
-    """A policy setting's parameter: its description, choices and range from the settings dataclass.
-    An ``inherited`` setting (``reindex``, ``reindex_margin``) defaults to the general parameter's
-    value, so ``reindex: eager`` applies to every policy and ``hermes.reindex: eager`` to hermes alone."""
-    text = f"{policy}: {description or info.description}"
-    if info.choices:
-        text += f" (one of: {' | '.join(info.choices)})"
-    inherits = info.name if info.scope == INHERITED else None
-    if inherits:
-        text += f" (default: the value of '{info.name}')"
-    low, high = info.low, info.high
-    if low is not None and high is None:
-        high = BIG if isinstance(info.default, int) else 1e9
-    return Spec(info.default if default is None else default, text, low, high, inherits=inherits)
-
-
-def policy_specs() -> dict[str, Spec]:
-    """"<policy>.<setting>" for every registered policy's settings, and their old names."""
-    specs = {}
-    for policy in sorted(POLICIES):
-        infos = {info.name: info for info in policy_settings(policy)}
-        for info in infos.values():
-            specs[f"{policy}.{info.name}"] = setting_spec(policy, info)
-            for alias in info.aliases:
-                specs[f"{policy}.{alias}"] = setting_spec(policy, info,
-                                                          description=f"old name of '{policy}.{info.name}'")
-        for alias, (target, default, adapter) in family_aliases(policy).items():
-            specs[f"{policy}.{alias}"] = setting_spec(
-                policy, infos[target], default=default,
-                description=f"'{policy}.{target}' for {adapter.family} models (old name; its default is that "
-                            f"family's preset)")
-    return specs
+# defaults that depend on the machine, as the docs show them
+SHOWN_DEFAULTS = {"snapshot_dir": "<ROS home>/streamcache/snapshots"}
+RUNTIME_CONSTRAINT = "may change while the node runs"  # a runtime parameter's descriptor says so
 
 
 def all_specs() -> dict[str, Spec]:
-    return {**NODE_SPECS, **engine_specs(), **policy_specs()}
+    """Every parameter the node declares: its own, the engine's, the policies' settings."""
+    return {**NODE_SPECS, **engine_parameters(), **setting_parameters()}
 
 
-def _plain(value: Any) -> Any:
+def plain(value: Any) -> Any:
     """A default as rclpy declares it: tuples become lists, a list of mixed numbers all floats."""
     if isinstance(value, tuple):
         value = list(value)
@@ -160,17 +76,25 @@ def descriptor(name: str, spec: Spec) -> ParameterDescriptor:
     # never read_only: rclpy would refuse a change with no reason, and a lifecycle reconfigure could not
     # change it either; tuning.py refuses what cannot change while configured, saying why and how
     d = ParameterDescriptor(name=name, description=spec.description, additional_constraints=(
-        "may change while the node runs" if spec.runtime else
+        RUNTIME_CONSTRAINT if spec.runtime else
         "fixed while the node is configured: change it with a lifecycle reconfigure or a restart"))
-    value = _plain(spec.default)
+    value = plain(spec.default)
     if value is None or value == []:
         d.dynamic_typing = True  # no type to infer from
-    if spec.low is not None:
+    low, high = value_range(spec)
+    if low is not None:
         if isinstance(value, float):
-            d.floating_point_range = [FloatingPointRange(from_value=float(spec.low), to_value=float(spec.high))]
+            d.floating_point_range = [FloatingPointRange(from_value=float(low), to_value=float(high))]
         elif isinstance(value, int) and not isinstance(value, bool):
-            d.integer_range = [IntegerRange(from_value=int(spec.low), to_value=int(spec.high), step=1)]
+            d.integer_range = [IntegerRange(from_value=int(low), to_value=int(high), step=1)]
     return d
+
+
+def value_range(spec: Spec) -> tuple[Any, Any]:
+    """The inclusive range a descriptor gives: open above is BIG (BIG_FLOAT for a float)."""
+    if spec.low is None or spec.high is not None:
+        return spec.low, spec.high
+    return spec.low, BIG_FLOAT if isinstance(spec.default, float) else BIG
 
 
 def _reason(err: Exception, name: str, spec: Spec) -> str:
@@ -183,7 +107,7 @@ def _reason(err: Exception, name: str, spec: Spec) -> str:
         found = re.search(r"Invalid parameter value \((.*)\) for parameter", text)
         value = found.group(1) if found else "the value"
         if spec.low is not None:
-            return f"{value} is out of range [{spec.low}, {spec.high}]"
+            return f"{value} is out of range [{', '.join(str(v) for v in value_range(spec))}]"
     return text.rsplit(": " + name, 1)[0]
 
 
@@ -191,7 +115,7 @@ def declare_all(node) -> dict[str, Any]:
     """Declare every parameter on ``node``; returns their values. Raises ConfigError."""
     values = {}
     for name, spec in all_specs().items():  # general parameters first: policy ones may inherit them
-        default = values[spec.inherits] if spec.inherits else _plain(spec.default)
+        default = values[spec.inherits] if spec.inherits else plain(spec.default)
         try:
             param = node.declare_parameter(name, default, descriptor(name, spec))
         except (ParameterException, TypeError, ValueError) as err:
@@ -211,7 +135,8 @@ def read_all(node) -> dict[str, Any]:
 
 
 # string parameters whose every value is known here (the engine checks the rest in build_session)
-CHOICES = {"attention": ("auto", "sdpa", "flash")}
+CHOICES = {"attention": ("auto", "sdpa", "flash"), "options_mode": ("scored", "generated"),
+           "camera_budget_share": ("equal", "shared")}
 
 
 def validate_node_params(values: dict[str, Any]) -> None:
@@ -234,6 +159,16 @@ def validate_node_params(values: dict[str, Any]) -> None:
         if topic in seen:
             raise ConfigError("camera_topics", f"'{topic}' is listed twice")
         seen.add(topic)
+    check_watch_questions(values["watch_questions"])
+
+
+def check_watch_questions(questions) -> list[str]:
+    """watch_questions: a list of non-empty strings (checked at configure and on a runtime change)."""
+    if not isinstance(questions, (list, tuple)) or any(not isinstance(q, str) for q in questions):
+        raise ConfigError("watch_questions", "must be a list of strings (questions)")
+    if any(not q.strip() for q in questions):
+        raise ConfigError("watch_questions", "has an empty question")
+    return [str(q) for q in questions]
 
 
 def unknown_overrides(node) -> list[str]:
@@ -246,5 +181,5 @@ def unknown_overrides(node) -> list[str]:
 
 def engine_params(values: dict[str, Any]) -> dict[str, Any]:
     """The flat dict ``engine.factory.build_session`` takes."""
-    engine = set(ENGINE_DEFAULTS) | set(policy_specs())
+    engine = set(ENGINE_DEFAULTS) | set(setting_parameters())
     return {name: value for name, value in values.items() if name in engine}

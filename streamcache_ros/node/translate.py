@@ -2,9 +2,9 @@
 from __future__ import annotations
 
 from builtin_interfaces.msg import Time
-from streamcache_ros_interfaces.msg import FrameRetention, MemoryStatus
+from streamcache_ros_interfaces.msg import FrameRetention, MemoryStatus, WatchEvent
 
-from ..engine.status import Answer, MemoryCounts, MemoryTimeline, SessionStatus
+from ..engine.status import Answer, MemoryCounts, MemoryTimeline, SessionStatus, WatchAnswer, WhenAnswer
 from .sampler import NS_PER_S, CameraSnapshot
 
 
@@ -42,6 +42,7 @@ def memory_status(status: SessionStatus, cameras: dict[str, CameraSnapshot], sta
     msg.bank_tokens = [int(n) for n in cache.bank_tokens]
     msg.gpu_allocated_bytes, msg.gpu_reserved_bytes = device.allocated_bytes, device.reserved_bytes
     msg.gpu_peak_bytes = device.peak_bytes
+    msg.process_rss_bytes = status.process_rss_bytes
     if chunk is not None:
         msg.encode_ms, msg.prefill_ms, msg.compress_ms = chunk.encode_ms, chunk.prefill_ms, chunk.compress_ms
     msg.last_ttft_ms = status.last_ttft_ms
@@ -83,6 +84,7 @@ def fill_answer(result, answer: Answer, now_s: float):
     result.error_message = "cancelled" if answer.cancelled else ""
     result.answer = answer.text
     result.option_index = answer.option_index
+    result.option_probabilities = [float(p) for p in answer.option_probabilities]
     result.frames_in_memory = answer.frames_in_memory
     result.oldest_stamp = seconds_to_time(answer.oldest_stamp)
     result.newest_stamp = seconds_to_time(answer.newest_stamp)
@@ -106,3 +108,25 @@ def fill_timeline(response, timeline: MemoryTimeline):
                                       layer_kept=[float(x) for x in f.layer_kept],
                                       bank_kept=[float(x) for x in f.bank_kept]) for f in timeline.frames]
     return response
+
+
+def fill_when(response, found: WhenAnswer):
+    """A When response from the engine's search."""
+    response.success, response.error_message = True, ""
+    response.found = found.found
+    response.stamp = seconds_to_time(found.stamp) if found.found else Time()
+    response.camera = found.camera
+    response.yes_probability = float(found.yes_probability)
+    response.timeline_stamps = [seconds_to_time(s) for s in found.timeline_stamps]
+    response.timeline_yes_probability = [float(p) for p in found.timeline_yes_probability]
+    response.questions_asked = int(found.questions_asked)
+    response.total_ms = float(found.total_ms)
+    response.frames_searched = int(found.frames_searched)
+    return response
+
+
+def watch_event(answer: WatchAnswer, changed: bool) -> WatchEvent:
+    msg = WatchEvent(camera=answer.camera, question=answer.question, answer=answer.answer,
+                     yes_probability=float(answer.yes_probability), changed=changed)
+    msg.header.stamp = seconds_to_time(answer.stamp)
+    return msg

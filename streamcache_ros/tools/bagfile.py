@@ -111,42 +111,83 @@ def make_world_bag(path: str | pathlib.Path, seed: int, frames: int, ask_at=(), 
     the frames, ``world_questions.json`` in the bag's folder holds the stream's per-frame truth and
     every question whose precondition holds after each of ``ask_at`` frames and at the end, with
     its true option, so a replay can be scored."""
-    from rosbags.rosbag2 import StoragePlugin, Writer  # noqa: PLC0415
-
     if storage not in STORAGES:
         raise ValueError(f"storage must be one of {STORAGES}, got '{storage}'")
+    points = _question_points(ask_at, frames)
+    stream = world.make_stream(seed, frames, question_points=points, look=look)
+    path = _fresh(pathlib.Path(path), overwrite)
+    stamps = [start_ns + i * 1_000_000_000 for i in range(frames)]
+    camera_topic = _write_frames(path, stream, range(frames), stamps, topic, storage)
+    _write_record(path / WORLD_QUESTIONS_FILE, stream, seed, points, stamps, camera_topic, start_ns)
+    return path
+
+
+def make_world_segments(folder: str | pathlib.Path, seed: int, frames: int, segment_frames: int, look=None,
+                        topic: str = DEFAULT_TOPIC, start_ns: int = DEFAULT_START_NS,
+                        overwrite: bool = False) -> list[pathlib.Path]:
+    """One world stream of ``frames`` frames written as consecutive bags of ``segment_frames`` each
+    (``<folder>/segment000`` ...; stamps run on from bag to bag), with the questions asked at the end
+    of every segment in ``<folder>/world_questions.json``: a long stream replayed a segment at a
+    time, questions in between (bench/hour_soak.py)."""
+    points = _question_points(range(segment_frames, frames + 1, segment_frames), frames)
+    stream = world.make_stream(seed, frames, question_points=points, look=look)
+    folder = _fresh(pathlib.Path(folder), overwrite)
+    stamps = [start_ns + i * 1_000_000_000 for i in range(frames)]
+    bags, camera_topic = [], topic
+    for k, first in enumerate(range(0, frames, segment_frames)):
+        indices = range(first, min(first + segment_frames, frames))
+        bags.append(folder / f"segment{k:03d}")
+        camera_topic = _write_frames(bags[-1], stream, indices, [stamps[i] for i in indices], topic, "sqlite3")
+    _write_record(folder / WORLD_QUESTIONS_FILE, stream, seed, points, stamps, camera_topic, start_ns)
+    return bags
+
+
+def _question_points(ask_at, frames: int) -> list[int]:
     points = sorted({int(n) for n in ask_at} | {frames})
     if any(not world.STABLE_FRAMES <= n <= frames for n in points):
         raise ValueError(f"questions can be asked after {world.STABLE_FRAMES}..{frames} frames, got {points}")
-    stream = world.make_stream(seed, frames, question_points=points, look=look)
-    path = pathlib.Path(path)
+    return points
+
+
+def _fresh(path: pathlib.Path, overwrite: bool) -> pathlib.Path:
     if path.exists():
         if not overwrite:
             raise FileExistsError(f"{path} exists (use overwrite)")
         shutil.rmtree(path)
+    return path
+
+
+def _write_frames(path: pathlib.Path, stream, indices, stamps: list[int], topic: str, storage: str) -> str:
+    """The frames ``indices`` of ``stream`` as a bag at ``path``; returns the camera topic written."""
+    from rosbags.rosbag2 import StoragePlugin, Writer  # noqa: PLC0415
+
     store = _typestore()
     encoding = stream.look.encoding
     camera_topic = topic + "/compressed" if encoding == "jpeg" else topic
-    stamps = [start_ns + i * 1_000_000_000 for i in range(frames)]
     plugin = StoragePlugin.MCAP if storage == "mcap" else StoragePlugin.SQLITE3
     with Writer(path, version=9, storage_plugin=plugin) as writer:
         msgtype = COMPRESSED if encoding == "jpeg" else IMAGE
         conn = writer.add_connection(camera_topic, msgtype, typestore=store)
-        for i, stamp_ns in enumerate(stamps):
+        for i, stamp_ns in zip(indices, stamps):
             raw = stream.raw_frame(i)
             msg = _image_message(store, stamp_ns, raw, encoding, stream.jpeg(i, raw) if encoding == "jpeg" else None)
             writer.write(conn, stamp_ns, store.serialize_cdr(msg, msgtype))
+    return camera_topic
+
+
+def _write_record(path: pathlib.Path, stream, seed: int, points: list[int], stamps: list[int], camera_topic: str,
+                  start_ns: int) -> None:
+    """The stream's truth and every question at ``points`` with its true option (and stamps)."""
     questions = [q.to_dict() for n in points for q in stream.questions(n)]
     for q in questions:
         q["asked_after_stamp_ns"] = stamps[q["after_frames"] - 1]
         q["answer_stamp_ns"] = stamps[q["answer_frame"]] if q["answer_frame"] >= 0 else 0
-    record = {"world": {"seed": seed, "frames": frames, "topic": camera_topic, "start_ns": start_ns,
+    record = {"world": {"seed": seed, "frames": len(stream), "topic": camera_topic, "start_ns": start_ns,
                         "frame_period_s": world.FRAME_PERIOD_S, "look": dict(stream.look.__dict__)},
               "questions": questions,
               "truth": [[{"object": v.obj, "shape": v.shape, "colour": v.colour,
                           "box": [round(v.x0, 1), round(v.y0, 1), round(v.side, 1)]} for v in f] for f in stream.truth]}
-    (path / WORLD_QUESTIONS_FILE).write_text(json.dumps(record, indent=1) + "\n")
-    return path
+    path.write_text(json.dumps(record, indent=1) + "\n")
 
 
 def read_world_questions(path: str | pathlib.Path) -> dict:

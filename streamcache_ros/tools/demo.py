@@ -32,6 +32,8 @@ NAMESPACE = "/streamcache"
 # the answers), 100 frames at 1 fps, 320x240 rgb8
 DEMO_SEED, DEMO_FRAMES, DEMO_SIZE = 23, 100, (320, 240)
 STREAMED_QUESTION = "What color is the {shape} now?"
+NODE_NAME = f"{NAMESPACE}/streamcache_node"  # its /diagnostics statuses carry its fully qualified name
+WHEN_TOLERANCE_S = 2.0  # a when answer is right within this of the true stamp (docs/world.md)
 LEVELS = {0: "OK", 1: "WARN", 2: "ERROR", 3: "STALE"}
 
 
@@ -113,6 +115,30 @@ def print_diagnostics(array, node_name: str) -> None:
         shown = [f"{kv.key}={kv.value}" for kv in status.values if kv.key in keep]
         if shown:
             print(f"          {', '.join(shown)}")
+
+
+def show_when(client, record: dict) -> None:
+    """One `when` of each mode the world asks, beside the truth (docs/interfaces.md "When")."""
+    asked = {}
+    for q in record["questions"]:
+        if q["kind"] in ("last_seen", "first_seen") and q.get("probe") and q["kind"] not in asked:
+            asked[q["kind"]] = q
+    if not asked:
+        return
+    print("\nwhen, searched in the memory (the when service, question asked over time windows):")
+    for kind, q in asked.items():
+        mode = "last" if kind == "last_seen" else "first"
+        r = client.when(q["probe"], mode)
+        truth = q["answer_stamp_ns"] * 1e-9
+        if not r.success:
+            print(f"  when {mode}: {q['probe']}  refused: {r.error_message}")
+            continue
+        said = time_s(r.stamp) if r.found else None
+        mark = "right" if said is not None and abs(said - truth) <= WHEN_TOLERANCE_S else "WRONG"
+        shown = f"{said:.0f} s" if said is not None else "not found"
+        print(f"  when {mode}: {q['probe']}\n      found: {shown} (P(yes) {r.yes_probability:.2f}, "
+              f"{r.questions_asked} windows, {r.total_ms:.0f} ms)   truth: {truth:.0f} s   {mark} "
+              f"(within ±{WHEN_TOLERANCE_S:g} s)")
 
 
 class PlainProcesses:
@@ -253,7 +279,7 @@ def run_demo(client, processes, bag: pathlib.Path) -> int:
                   f"compress {m.compress_ms:4.1f} ms", flush=True)
 
     def on_diag(array):
-        if any(s.name.startswith("streamcache_node") for s in array.status):
+        if any(s.name.startswith(NODE_NAME) for s in array.status):
             latest_diag[:] = [array]
             diag_seen.set()
 
@@ -298,6 +324,7 @@ def run_demo(client, processes, bag: pathlib.Path) -> int:
 
         result = client.ask_streaming(question, max_new_tokens=8, on_text=show)
         print(f"\n     ({len(pieces)} feedback messages; result success={result.success}, truth {shown['answer']!r})")
+    show_when(client, record)
     refused = client.ask("What color is the circle now?", camera="/no/such/camera")
     print(f"\na question about an unknown camera is refused: success={refused.success}, "
           f"error_message={refused.error_message!r}")
@@ -307,7 +334,7 @@ def run_demo(client, processes, bag: pathlib.Path) -> int:
     diag_seen.clear()
     if diag_seen.wait(timeout=5.0):
         print("\n/diagnostics (the camera is WARN, then ERROR, once the bag has ended: no frames since):")
-        print_diagnostics(latest_diag[0], "streamcache_node")
+        print_diagnostics(latest_diag[0], NODE_NAME)
     print(f"\naccuracy: {right}/{len(scored)} of the world's questions (chance is about "
           f"{sum(1 / len(q['options']) for q in scored):.1f}/{len(scored)}); the bundled model is small and was "
           "trained here on the shape world only (README).")

@@ -159,6 +159,11 @@ class ModelAdapter(abc.ABC):
         """RGB uint8 frames [H, W, 3] (one camera, in time order) -> encoder inputs."""
 
     @abc.abstractmethod
+    def batch_vision_inputs(self, inputs: list[VisionInputs]) -> dict[str, torch.Tensor]:
+        """Several chunks' tensors as one input of the vision tower, whose output is their tokens
+        one chunk after another (training on single frames batches them this way)."""
+
+    @abc.abstractmethod
     def chunk_rel_positions(self, inputs: VisionInputs) -> torch.Tensor:
         """[axes, N] positions of the chunk's visual tokens relative to the chunk start."""
 
@@ -197,6 +202,12 @@ class ModelAdapter(abc.ABC):
         """A trained answer: its words, then the end-of-turn token that stops decoding."""
         return self.tokenizer(answer, add_special_tokens=False).input_ids + [self.tokenizer.eos_token_id]
 
+    def option_ids(self, options: list[str], index: int) -> list[int]:
+        """What the model says to choose ``options[index]`` after the question's prompt: the
+        option's words (``words`` layout) or its letter (``letter``, the reference's layout)."""
+        said = options[index] if self.options_prompt == "words" else OPTION_LETTERS[index]
+        return self.tokenizer(said, add_special_tokens=False).input_ids
+
     def decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=True)
 
@@ -207,9 +218,11 @@ class ModelAdapter(abc.ABC):
     def position_axes(self) -> int:
         return 3 if self.traits.rope_layout == "mrope" else 1
 
-    def text_tokens(self, count: int, unit: int = TEXT_UNIT) -> NewTokens:
+    def text_tokens(self, count: int, unit: int = TEXT_UNIT, clock: int | None = None) -> NewTokens:
+        """``count`` text tokens; on a camera's ``clock`` (a question about that camera) or on none."""
         return NewTokens(text_positions(count, self.position_axes, device=self.device),
-                         torch.full((count,), unit, dtype=torch.long), torch.full((count,), -1, dtype=torch.long))
+                         torch.full((count,), unit, dtype=torch.long), torch.full((count,), -1, dtype=torch.long),
+                         clock)
 
     # -- vision -----------------------------------------------------------------------------------
     def encode(self, inputs: VisionInputs) -> torch.Tensor:

@@ -97,5 +97,9 @@ class LlavaOnevisionAdapter(ModelAdapter):
                             tokens_per_unit=self.tokens_per_frame,
                             unit_frames=[(i,) for i in range(len(frames))], grid=(len(frames), side, side))
 
+    def batch_vision_inputs(self, inputs):
+        # frames are encoded and pooled one by one: one long video gives each frame's own tokens
+        return {"pixel_values_videos": torch.cat([i.tensors["pixel_values_videos"] for i in inputs], dim=1)}
+
     def chunk_rel_positions(self, inputs):
         return sequential_positions(inputs.num_units * inputs.tokens_per_unit, self.device)

@@ -92,5 +92,10 @@ class Qwen25VLAdapter(ModelAdapter):
         return VisionInputs({"pixel_values_videos": pixels, "video_grid_thw": grid}, num_units=len(units),
                             tokens_per_unit=rows * cols, unit_frames=unit_frames, grid=(len(units), rows, cols))
 
+    def batch_vision_inputs(self, inputs):
+        # each chunk a video of its own: the tower's attention keeps to its own grid
+        return {"pixel_values_videos": torch.cat([i.tensors["pixel_values_videos"] for i in inputs]),
+                "video_grid_thw": torch.cat([i.tensors["video_grid_thw"] for i in inputs])}
+
     def chunk_rel_positions(self, inputs):
         return mrope_chunk_positions(*inputs.grid, self.t_stride, self.device)

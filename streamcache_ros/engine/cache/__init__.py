@@ -14,6 +14,7 @@ from .full import FullCachePolicy
 from .h2svc import H2svcPolicy
 from .hermes import HermesPolicy
 from .layerwise import LayerwisePolicy
+from .rows import QueryRows
 from .settings import GENERAL, PolicySettings, SettingError, SettingInfo
 from .store import KVStore
 from .uniform import UniformCachePolicy
@@ -59,6 +60,6 @@ def takes_budget(name: str) -> bool:
 
 
 __all__ = ["POLICIES", "CacheGeometry", "CachePolicy", "CacheStats", "ChunkContext", "ChunkOutcome", "ChunkShape",
-           "FamilyTraits", "GuidancePass", "GuidancePrompt", "GuidanceRequest", "KVStore", "LayerwisePolicy", "NewTokens",
+           "FamilyTraits", "GuidancePass", "GuidancePrompt", "GuidanceRequest", "KVStore", "LayerwisePolicy", "NewTokens", "QueryRows",
            "PAD_UNIT", "PREFIX_UNIT", "PolicySettings", "SUMMARY_UNIT", "SettingError", "SettingInfo", "TEXT_UNIT",
            "make_policy", "policy_class", "policy_parameters", "policy_settings", "takes_budget"]

@@ -70,12 +70,20 @@ def cached_attention(
     v: torch.Tensor,
     key_mask: torch.Tensor | None = None,
     backend: str = "sdpa",
+    query_mask: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """q [B, Hq, Q, D]; k, v [B, Hkv, T, D] with Hq a multiple of Hkv -> [B, Hq, Q, D].
 
     ``key_mask`` [T] bool, or [Hkv, T] for a mask per KV head (optional), hides cached keys (e.g.
-    another camera's frames); the queries' own tokens must stay visible.
+    another camera's frames); the queries' own tokens must stay visible. ``query_mask`` [Q, T] or
+    [Hkv, Q, T] replaces the causal mask with one per query (several questions in one pass,
+    rows.QueryRows); it already holds every key mask.
     """
+    if query_mask is not None:
+        mask = query_mask.to(q.device)
+        if mask.dim() == 3:
+            mask = mask.repeat_interleave(q.shape[1] // mask.shape[0], dim=0)[None]
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=q.shape[1] != k.shape[1])
     q_len, k_len = q.shape[2], k.shape[2]
     if backend == "flash" and key_mask is None and q.is_cuda:
         # flash-attn >= 2.1 aligns its causal mask bottom-right; layout [B, T, H, D]; GQA native

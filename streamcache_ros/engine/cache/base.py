@@ -87,11 +87,14 @@ class ChunkShape:
 
 @dataclass
 class NewTokens:
-    """The tokens one forward pass appends: the same for every layer."""
+    """The tokens one forward pass appends: the same for every layer. ``clock``: the camera clock
+    the pass is on (clocks.py): it starts after that clock's positions and sees only the prefix and
+    that clock's tokens; None: after the largest position held, seeing every token."""
 
-    rel_positions: torch.Tensor  # [axes, Q] float32, relative to the layer's next offset
+    rel_positions: torch.Tensor  # [axes, Q] float32, relative to the layer's next offset on the clock
     units: torch.Tensor  # [Q] int64: unit id (>= 0) or PREFIX_UNIT / TEXT_UNIT
     chunks: torch.Tensor  # [Q] int64: chunk id, -1 for text
+    clock: int | None = None
     # the first unit of the prefill step this forward belongs to: a block of a step carries its
     # step's (engine/prefill.py); None: the smallest unit among ``units``, if any
     first_unit: int | None = None
@@ -262,7 +265,8 @@ class CachePolicy(abc.ABC):
         and return attention over the layer's storage [1,Hq,Q,D].
 
         ``key_filter``: unit ids a question may look at (None = all); the prefix and the text stay
-        visible, a summary token only when SUMMARY_UNIT is listed (``KVStore.visible``). With a
+        visible, a summary token only when SUMMARY_UNIT is listed (``KVStore.visible``). A pass on
+        a clock (``new.clock``) sees only the prefix and that clock's tokens (clocks.py). With a
         ``probe`` set, each store attended over is reported to it (``AttentionMass.observe``).
         """
 
@@ -289,9 +293,10 @@ class CachePolicy(abc.ABC):
         """The policy's own step after a chunk: evict, re-index, report."""
 
     @abc.abstractmethod
-    def ensure_room(self, n_tokens: int) -> None:
-        """Make sure ``n_tokens`` more tokens get positions inside the model's range (re-indexing if
-        need be); raises positions.PositionRangeError where even a re-index leaves too little room."""
+    def ensure_room(self, n_tokens: int, clock: int | None = None) -> None:
+        """Make sure ``n_tokens`` more tokens on ``clock`` (None: after every position held) get
+        positions inside the model's range (re-indexing if need be); raises
+        positions.PositionRangeError where even a re-index leaves too little room."""
 
     @property
     def bounding_setting(self) -> str:

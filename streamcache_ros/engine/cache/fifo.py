@@ -1,6 +1,8 @@
 """Baseline ``fifo``: a sliding window of the last ``budget_tokens`` video tokens per layer.
 
-The system prefix is always kept, on top of the budget (as HERMES does, docs/hermes.md §9).
+The system prefix is always kept, on top of the budget (as HERMES does, docs/hermes.md §9). With
+several cameras and ``camera_budget_share: equal`` each camera's window is its fair share of the
+budget (clocks.fair_shares): a quiet camera keeps its newest tokens however busy the others are.
 """
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ from dataclasses import dataclass
 import torch
 
 from .base import ChunkContext, ChunkOutcome
+from .clocks import camera_share_setting, fair_shares
 from .layerwise import LayerwisePolicy, LayerwiseSettings, budget_setting
 from .units import PREFIX_UNIT
 
@@ -16,6 +19,7 @@ from .units import PREFIX_UNIT
 @dataclass(frozen=True)
 class FifoSettings(LayerwiseSettings):
     budget_tokens: int = budget_setting()
+    camera_budget_share: str = camera_share_setting()
 
 
 class FifoCachePolicy(LayerwisePolicy):
@@ -29,7 +33,15 @@ class FifoCachePolicy(LayerwisePolicy):
             video = torch.nonzero(~is_prefix).flatten()
             if video.numel() <= budget:
                 continue
-            keep = torch.cat((torch.nonzero(is_prefix).flatten(), video[-budget:]))
-            evicted += video.numel() - budget
+            lanes = self.lanes(store)
+            if len(lanes) == 1:
+                kept = video[-budget:]
+            else:  # each camera's newest tokens, its share of the budget
+                clocks = store.clocks[video]
+                shares = fair_shares({c: int((clocks == c).sum()) for c in lanes}, budget)
+                kept = torch.sort(torch.cat([video[clocks == c][-shares[c]:] if shares[c] else video[:0]
+                                             for c in lanes])).values
+            keep = torch.cat((torch.nonzero(is_prefix).flatten(), kept))
+            evicted += video.numel() - kept.numel()
             store.keep(keep)
         return ChunkOutcome(evicted_tokens=evicted)

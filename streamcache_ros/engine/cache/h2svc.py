@@ -12,6 +12,10 @@ heads do not see units <= f - W; after it, the episodic heads link f and each ev
 it holds N_e + 1. So that a chunk that fails half-way leaves the cache as it was, evicted tokens are
 only hidden until the chunk ends, and then removed (compress).
 
+Cameras (docs/h2svc.md "Cameras"): each camera's units are on its own position clock, and with
+``camera_budget_share: equal`` each bank's capacity (W_s, W_w, N_e units) is shared out among the
+cameras held, each episodic head keeping one STCE trajectory per camera.
+
 The head map is given: the factory finds and loads it (and says which parameter to set when there
 is none); the policy checks only that it has this model's shape.
 """
@@ -25,13 +29,15 @@ import torch
 from .attention import cached_attention, varlen_attention
 from .base import (CacheGeometry, CachePolicy, CacheStats, ChunkContext, ChunkOutcome, ChunkShape, NewTokens,
                    UnitTokens)
+from .clocks import NO_CLOCK, camera_share_setting, newest_units, stored_clock
 from .positions import ReindexSettings, renumber
 from .rope import apply_rotary
+from .rows import QueryRows, combine
 from .sap import BANK_NAMES, DEFAULT_RATIOS, EPISODIC, HeadMap, check_ratios
 from .settings import SettingError, setting
-from .stce import TrajectoryBank
+from .stce import TrajectoryBank, TrajectoryLanes
 from .store import KVStore
-from .units import NO_UNIT, PAD_UNIT
+from .units import NO_UNIT, PAD_UNIT, PREFIX_UNIT
 
 
 @dataclass(frozen=True)
@@ -51,6 +57,7 @@ class H2svcSettings(ReindexSettings):
                                 choices=("mean", "flatten"))
     unit_by_unit: bool = setting(True, "Prefill one stream unit per forward (frame-by-frame arrival); false = a "
                                        "chunk per forward")
+    camera_budget_share: str = camera_share_setting()
 
     def validate(self) -> None:
         if self.w_s < 1 or self.w_w < 1:
@@ -126,7 +133,8 @@ class H2svcPolicy(CachePolicy):
                         self.trajectory_rows[(layer, bank)] = torch.arange(episodic, episodic + len(heads))
                         episodic += len(heads)
             self.groups.append(groups)
-        self.trajectory = TrajectoryBank(episodic, self.n_e, g.device)
+        self.trajectories = TrajectoryLanes(episodic, self.n_e, g.device)
+        self.clocks_seen: set[int] = set()  # the clocks of the video units stored so far
         self.pending: list[list[int]] = [[] for _ in range(episodic)]  # evicted, not yet removed
         self.newest_unit = -1
         self.chunk_tokens = 0  # video tokens of the chunk being stored (reserved for the next one)
@@ -134,6 +142,21 @@ class H2svcPolicy(CachePolicy):
         self.evicted_age_sum = 0  # over every episodic head's evictions
         self.reindex_events = 0
         self.reindexed_heads = 0
+
+    @property
+    def trajectory(self) -> TrajectoryBank:
+        """The episodic heads' trajectory with one camera (or ``camera_budget_share: shared``)."""
+        return self.trajectories.only
+
+    @property
+    def camera_shares(self) -> bool:
+        """Each camera keeps its share of every bank (``camera_budget_share: equal``, clocks.py)
+        and more than one camera has been seen (with one, the shares are the windows themselves)."""
+        return self.settings.camera_budget_share == "equal" and len(self.clocks_seen) > 1
+
+    def lane_of(self, clock: int | None) -> int:
+        """The trajectory lane of a unit on ``clock``: its camera's, or one for all when shared."""
+        return stored_clock(clock) if self.settings.camera_budget_share == "equal" else NO_CLOCK
 
     # -- forward pass ---------------------------------------------------------------------------
     def append(self, layer, k, v, new):
@@ -144,10 +167,16 @@ class H2svcPolicy(CachePolicy):
         group_size = self.geometry.group_size
         q = apply_rotary(q, cos.repeat_interleave(group_size, 0)[None], sin.repeat_interleave(group_size, 0)[None])
         first_unit = new.arriving_unit()
+        rows = key_filter if isinstance(key_filter, QueryRows) else None
         out = torch.empty_like(q)
         for group in self.groups[layer]:
-            visible = self._visible(layer, group, first_unit, key_filter)
+            visible = self._visible(layer, group, first_unit, None if rows else key_filter, new.clock)
             group_q = q[:, group.query_heads]
+            if rows is not None:  # several questions at once: one mask per query (rows.py)
+                mask = combine(rows.mask(group.store, new.clock), visible)
+                out[:, group.query_heads] = cached_attention(group_q, group.store.keys, group.store.values,
+                                                             query_mask=mask)
+                continue
             if self.probe is not None:
                 self.probe.observe(layer, group.store, group_q, visible)
             out[:, group.query_heads] = self._group_attention(group_q, group.store, visible)
@@ -161,7 +190,7 @@ class H2svcPolicy(CachePolicy):
         groups = self.groups[layer]
         offsets = torch.empty(g.num_kv_heads, dtype=torch.float32, device=k.device)
         for group in groups:
-            offsets[group.store.heads] = group.store.next_offsets().to(k.device)
+            offsets[group.store.heads] = group.store.next_offsets(new.clock).to(k.device)
         # docs/h2svc.md §5: positions are per KV head (they differ once heads re-index on their own)
         positions = new.rel_positions.to(k.device)[None] + offsets[:, None, None]  # [Hkv, axes, Q]
         hkv, axes, q_len = positions.shape
@@ -170,13 +199,16 @@ class H2svcPolicy(CachePolicy):
         k = apply_rotary(k, cos[None], sin[None])
         for group in groups:
             heads = group.store.heads
-            group.store.append(k[:, heads], v[:, heads], positions[heads], new.units, new.chunks)
+            group.store.append(k[:, heads], v[:, heads], positions[heads], new.units, new.chunks, new.clock)
         if layer == 0:
             self.chunk_tokens += int((new.units >= 0).sum())
+            if bool((new.units >= 0).any()):
+                self.clocks_seen.add(stored_clock(new.clock))
         return cos, sin
 
-    def _visible(self, layer: int, group: HeadGroup, first_unit: int | None, key_filter) -> torch.Tensor | None:
-        """[n, T] keys each head of the group may see now, or None for all of them."""
+    def _visible(self, layer: int, group: HeadGroup, first_unit: int | None, key_filter,
+                 clock: int | None = None) -> torch.Tensor | None:
+        """[n, T] keys each head of the group may see now (a pass on ``clock``), or None for all."""
         units = group.store.units
         hidden = units == PAD_UNIT if group.store.padded else None
 
@@ -186,13 +218,23 @@ class H2svcPolicy(CachePolicy):
 
         if group.bank != EPISODIC and first_unit is not None:
             # §3.2: FIFO drops come before the unit is encoded: units <= f - W are out of the window
-            hide((units >= 0) & (units <= first_unit - self.windows[group.bank]))
+            # (with camera shares: each camera's window is its share of W, "Cameras")
+            window = self.windows[group.bank]
+            if self.camera_shares:
+                keep = newest_units(units[0], group.store.clocks[0], window, (stored_clock(clock), first_unit))
+                hide(~keep[None].expand_as(units))
+            else:
+                hide((units >= 0) & (units <= first_unit - window))
         if group.bank == EPISODIC:
             pending = self._pending_units(layer, group)
             if pending is not None:
                 hide((units[:, :, None] == pending[:, None, :]).any(dim=-1))
         if key_filter is not None:
-            hide(~group.store.visible(key_filter))
+            hide(~group.store.visible(key_filter, clock))
+        else:
+            off_clock = group.store.clock_mask(clock)  # a camera's pass sees only its clock (clocks.py)
+            if off_clock is not None:
+                hide(~off_clock)
         if hidden is None or not bool(hidden.any()):
             return None
         return ~hidden
@@ -225,12 +267,12 @@ class H2svcPolicy(CachePolicy):
         they hold N_e + 1; several units (a chunked prefill) are taken one by one, in order."""
         units = new.units[new.units >= 0]
         for unit in torch.unique_consecutive(units).tolist():
-            if self.trajectory.heads:
-                evicted = self.trajectory.insert(unit, self._frame_vectors(unit))
-                for row, gone in enumerate(evicted.tolist()):
-                    if gone >= 0:
-                        self.pending[row].append(gone)
-                        self.evicted_age_sum += unit - gone
+            if self.trajectories.heads:
+                for evicted in self.trajectories.insert(self.lane_of(new.clock), unit, self._frame_vectors(unit)):
+                    for row, gone in enumerate(evicted.tolist()):
+                        if gone >= 0:
+                            self.pending[row].append(gone)
+                            self.evicted_age_sum += unit - gone
             self.newest_unit = max(self.newest_unit, unit)
 
     def _frame_vectors(self, unit: int) -> torch.Tensor:
@@ -273,7 +315,11 @@ class H2svcPolicy(CachePolicy):
                     pending = self._pending_units(layer, group)
                     gone = (units[:, :, None] == pending[:, None, :]).any(dim=-1) if pending is not None else None
                 else:
-                    gone = (units >= 0) & (units <= self.newest_unit - self.windows[group.bank])
+                    window = self.windows[group.bank]
+                    if self.camera_shares:  # each camera's newest units, its share of the window
+                        gone = ~newest_units(units[0], store.clocks[0], window)[None].expand_as(units)
+                    else:
+                        gone = (units >= 0) & (units <= self.newest_unit - window)
                     self.dropped_units += int(torch.unique(units[gone]).numel()) * store.rows
                 if gone is None or not bool(gone.any()):
                     continue
@@ -284,15 +330,23 @@ class H2svcPolicy(CachePolicy):
         return freed
 
     # -- positions ------------------------------------------------------------------------------
-    def _reindex(self, select) -> int:
-        """Re-index the heads for which ``select(next_offsets [n]) -> bool [n]`` holds; returns how many."""
+    def _reindex(self, select, clock: int | None = None) -> int:
+        """Re-index the heads for which ``select(next_offsets [n]) -> bool [n]`` holds, clock by
+        clock (``clock``, or each clock held: every camera's positions decide for themselves, and
+        are renumbered on their own, KVStore.reindex); returns how many heads."""
         count = 0
         for groups in self.groups:
             for group in groups:
-                rows = torch.nonzero(select(group.store.next_offsets())).flatten()
-                if rows.numel():
-                    group.store.reindex(self.geometry.rotary, self.renumber, rows)
-                    count += rows.numel()
+                store = group.store
+                video = (store.units != PREFIX_UNIT) & (store.units != PAD_UNIT)
+                clocks = [clock] if clock is not None else torch.unique(store.clocks[video]).tolist() or [None]
+                heads = set()
+                for c in clocks:
+                    rows = torch.nonzero(select(store.next_offsets(c))).flatten()
+                    if rows.numel():
+                        store.reindex(self.geometry.rotary, self.renumber, rows, None if c is None else [c])
+                        heads.update(rows.tolist())
+                count += len(heads)
         if count:
             self.reindex_events += 1
             self.reindexed_heads += count
@@ -303,13 +357,14 @@ class H2svcPolicy(CachePolicy):
         frame moved by one delta, frames laid back to back by the chunk-start rule). Prefix unchanged."""
         return renumber(old, units, units, self.geometry.traits.rope_layout)[0]
 
-    def max_position(self) -> float:
-        return max((float(g.store.next_offsets().max()) - 1.0 for groups in self.groups for g in groups
+    def max_position(self, clock: int | None = None) -> float:
+        """The largest position on ``clock`` (None: of every token), over the heads."""
+        return max((float(g.store.next_offsets(clock).max()) - 1.0 for groups in self.groups for g in groups
                     if g.store.rows), default=-1.0)
 
-    def ensure_room(self, n_tokens: int) -> None:
-        self._reindex(lambda offsets: self.rule.overflows(offsets - 1.0, n_tokens))
-        self.rule.require(self.max_position(), n_tokens)
+    def ensure_room(self, n_tokens: int, clock: int | None = None) -> None:
+        self._reindex(lambda offsets: self.rule.overflows(offsets - 1.0, n_tokens), clock)
+        self.rule.require(self.max_position(clock), n_tokens)
 
     @property
     def bounding_setting(self) -> str:
@@ -324,15 +379,14 @@ class H2svcPolicy(CachePolicy):
     # -- temporary tokens -------------------------------------------------------------------------
     def mark(self) -> dict[str, Any]:
         return {"lengths": [[len(g.store) for g in groups] for groups in self.groups],
-                "trajectory": self.trajectory.snapshot(), "pending": [list(p) for p in self.pending],
+                "trajectory": self.trajectories.snapshot(), "pending": [list(p) for p in self.pending],
                 "newest_unit": self.newest_unit, "evicted_age_sum": self.evicted_age_sum}
 
     def truncate(self, mark: dict[str, Any]) -> None:
         for groups, lengths in zip(self.groups, mark["lengths"]):
             for group, length in zip(groups, lengths):
                 group.store.truncate(length)
-        if self.trajectory.arrivals != mark["trajectory"]["arrivals"]:
-            self.trajectory.restore(mark["trajectory"])
+        self.trajectories.restore(mark["trajectory"])
         self.pending = [list(p) for p in mark["pending"]]
         self.newest_unit = mark["newest_unit"]
         self.evicted_age_sum = mark["evicted_age_sum"]
@@ -353,8 +407,8 @@ class H2svcPolicy(CachePolicy):
                 held.append(group.store.units.flatten())
             layer_totals.append(total)
         units = torch.unique(torch.cat(held)) if held else torch.empty(0, dtype=torch.long)
-        evictions = self.trajectory.evictions  # arrivals that evicted: every episodic head evicts one frame
-        head_evictions = evictions * self.trajectory.heads
+        evictions = self.trajectories.evictions  # evictions of every episodic head at once, one frame each
+        head_evictions = evictions * self.trajectories.heads
         return CacheStats(
             policy=self.name,
             layer_tokens=[round(t / g.num_kv_heads) for t in layer_totals],  # mean over a layer's KV heads
@@ -368,8 +422,8 @@ class H2svcPolicy(CachePolicy):
             extra={"split": [int((self.bank_id == b).sum()) for b in range(3)],
                    "bank_names": list(BANK_NAMES),
                    "stce_evictions": evictions,
-                   "score_evaluations_last_arrival": int(self.trajectory.last_evaluations.max())
-                   if self.trajectory.heads else 0,
+                   "score_evaluations_last_arrival": int(self.trajectories.last_evaluations.max())
+                   if self.trajectories.heads else 0,
                    # the mean age (in units) of an evicted frame, over every episodic head's evictions
                    "evicted_age_mean": self.evicted_age_sum / head_evictions if head_evictions else 0.0,
                    "fifo_dropped_units": self.dropped_units,
@@ -385,7 +439,7 @@ class H2svcPolicy(CachePolicy):
     def state_dict(self) -> dict[str, Any]:
         return {"bank_id": self.bank_id.tolist(),
                 "groups": [[{"bank": g.bank, **g.store.state()} for g in groups] for groups in self.groups],
-                "trajectory": self.trajectory.state(), "pending": [list(p) for p in self.pending],
+                "trajectory": self.trajectories.state(), "pending": [list(p) for p in self.pending],
                 "newest_unit": self.newest_unit, "dropped_units": self.dropped_units,
                 "evicted_age_sum": self.evicted_age_sum, "reindex_events": self.reindex_events,
                 "reindexed_heads": self.reindexed_heads}
@@ -399,7 +453,9 @@ class H2svcPolicy(CachePolicy):
                 if group_state["bank"] != group.bank:
                     raise ValueError(f"snapshot group of bank {group_state['bank']} where this cache has {group.bank}")
                 group.store.load(group_state, self.geometry)
-        self.trajectory.load(state["trajectory"])
+        self.trajectories.load(state["trajectory"])
+        self.clocks_seen = {int(c) for groups in self.groups for g in groups
+                            for c in torch.unique(g.store.clocks[g.store.units >= 0]).tolist()}
         self.pending = [list(p) for p in state["pending"]]
         self.newest_unit = int(state["newest_unit"])
         self.dropped_units = int(state["dropped_units"])

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import torch
 
 from .base import ChunkContext, ChunkOutcome, GuidancePass, GuidancePrompt, GuidanceRequest, NewTokens
+from .clocks import NO_CLOCK, camera_share_setting, clocks_held, fair_shares, on_clock
 from .hermes_rules import (DEEP, GLOBAL_PROMPT, LOCAL_PROMPT, MID, ROLE_PROMPT, SHALLOW, guidance_attention,
                            guidance_prompts, keep_indices, layer_budget, layer_roles, layer_split, mid_progress,
                            pruned_indices, raw_scores, recency_norm, recency_weight_and_rate, sanitize_keep,
@@ -36,6 +37,7 @@ UNIT_RANGE = {"low": 0.0, "high": 1.0}
 @dataclass(frozen=True)
 class HermesSettings(LayerwiseSettings):
     budget_tokens: int = budget_setting()
+    camera_budget_share: str = camera_share_setting()
     mrope_rotation: str = setting("per_layer", "M-RoPE models: per_layer (each layer's keys rotated at its own "
                                                "positions; fixes D1) | layer0 (the reference: at layer 0's)",
                                   choices=("per_layer", "layer0"), aliases=("qwen_rope",))
@@ -108,13 +110,14 @@ class HermesPolicy(LayerwisePolicy):
         # D1 (reference): every layer's new tokens rotated at layer 0's positions, while each layer
         # records its own; layer 0 is called first in every forward pass, before it appends
         if layer == 0:
-            self._layer0_offset = self.layers[0].next_offset()
+            self._layer0_offset = self.layers[0].next_offset(new.clock)
         return new.rel_positions.to(positions.device) + self._layer0_offset
 
-    def guidance_positions(self, layer: int, count: int) -> torch.Tensor:
-        """§6: guidance tokens sit at the layer's own next positions (all M-RoPE axes equal)."""
+    def guidance_positions(self, layer: int, count: int, clock: int | None = None) -> torch.Tensor:
+        """§6: guidance tokens sit at the layer's own next positions (all M-RoPE axes equal): after
+        every position held, or on a camera's ``clock`` when it scores that camera alone."""
         store = self.layers[layer]
-        return self.geometry.rotary.text_positions(store.next_offset(), count, store.positions.device)
+        return self.geometry.rotary.text_positions(store.next_offset(clock), count, store.positions.device)
 
     # -- compression ----------------------------------------------------------------------------
     def guidance_request(self, history: list) -> GuidanceRequest | None:
@@ -142,17 +145,62 @@ class HermesPolicy(LayerwisePolicy):
         reindex_events = self.reindex_events
         if len(self.layers[0]) > self.budget_tokens:  # §2: layer 0's length, prefix included
             # §10: the re-index decision is taken once, on the positions before the shrink
-            compact = self.rule.due(self.max_position())
+            compact = self.due_clocks(self.shrinking_clocks())  # (every camera's clock decides for itself)
             keep = self.select(context.guidance, outcome)
             self.shrink(keep, compact, outcome)
         elif self.max_position() > self.rule.threshold:
-            self.reindex()  # positions still have to stay in range (not reached with the defaults)
+            # positions still have to stay in range (not reached with the defaults)
+            self.reindex(clocks=[c for c in self.clock_ids() if self.max_position(c) > self.rule.threshold])
         outcome.reindexed = self.reindex_events > reindex_events
+        self.arriving = None
         return outcome
 
     def slots(self, prefix_len: int) -> list[int]:
-        return [layer_budget(role, self.budget_tokens, len(store) - prefix_len, self.settings.summary)
-                for role, store in zip(self.roles, self.layers)]
+        """§9: the video tokens each layer keeps."""
+        return [sum(lanes.values()) for lanes in self.lane_slots(prefix_len)]
+
+    def lane_slots(self, prefix_len: int) -> list[dict[int, int]]:
+        """§9 per layer and camera clock: the video tokens each keeps (docs/hermes.md "Cameras").
+
+        One camera, or ``camera_budget_share: shared``: one entry for every clock, M (deep layers
+        M − 1, less one more for each further camera, whose summary needs a slot too).
+
+        ``equal``: each camera keeps what it would alone with its budget M_c, the fair share of M by
+        its tokens in layer 0 plus one (so that a camera that fits keeps everything, its deep layers
+        too, and makes no summary). A camera is compressed when its chunk just came in (as it would
+        be alone) or when it holds more than M_c (another camera took part of its share); any other
+        keeps what it holds, so a busy camera's chunks do not wear a quiet camera's memory down."""
+        lanes = self.lanes(self.layers[0])
+        if len(lanes) <= 1:
+            out = []
+            for role, store in zip(self.roles, self.layers):
+                clocks = len(clocks_held(store.units, store.clocks))
+                extra = max(clocks - 1, 0) if role == DEEP and self.settings.summary else 0
+                out.append({lanes[0] if lanes else NO_CLOCK: layer_budget(
+                    role, self.budget_tokens - extra, len(store) - prefix_len, self.settings.summary)})
+            return out
+        first = self.layers[0].clocks[prefix_len:]
+        held = {c: int((first == c).sum()) for c in lanes}
+        budgets = fair_shares({c: n + int(self.settings.summary) for c, n in held.items()}, self.budget_tokens)
+        due = {c for c in lanes if c == self.arriving or held[c] > budgets[c]}
+        out = []
+        for role, store in zip(self.roles, self.layers):
+            candidates = store.clocks[prefix_len:]
+            counts = {c: int((candidates == c).sum()) for c in lanes}
+            out.append({c: layer_budget(role, budgets[c], counts[c], self.settings.summary) if c in due else counts[c]
+                        for c in lanes})
+        return out
+
+    def shrinking_clocks(self) -> list[int]:
+        """The clocks the coming shrink changes: every clock, but with a share each
+        (``camera_budget_share: equal``) only the chunk's own and those that lose tokens."""
+        prefix_len = self.prefix_len()
+        slots = self.lane_slots(prefix_len)
+        if all(len(lanes) == 1 for lanes in slots) or self.arriving is None:
+            return self.clock_ids()
+        losing = {c for store, lanes in zip(self.layers, slots) for c, n in lanes.items()
+                  if n < int((store.clocks[prefix_len:] == c).sum())}
+        return sorted(losing | {self.arriving})
 
     def _nothing_pruned(self, prefix_len: int) -> bool:
         return all(s == len(store) - prefix_len for s, store in zip(self.slots(prefix_len), self.layers))
@@ -163,28 +211,60 @@ class HermesPolicy(LayerwisePolicy):
         if self._nothing_pruned(prefix_len):
             # D15: nothing will be pruned, so the guidance passes cannot change the selection
             return [torch.arange(len(store)) for store in self.layers]
-        attention = self.layer_attention(guidance, prefix_len)
         if outcome is not None:
             outcome.details["guidance_passes"] = len(guidance or [])
-        return self.plan(attention, prefix_len)
+        clocks = self.clock_ids()
+        if len(clocks) <= 1:
+            return self.plan(self.layer_attention(guidance, prefix_len), prefix_len)
+        return self.plan_per_camera(guidance, prefix_len, clocks)
 
     def plan(self, attention: list[torch.Tensor | None], prefix_len: int) -> list[torch.Tensor]:
         """§7-§9 from each layer's pooled guidance attention (None where a layer's ω = 1 makes it unused)."""
+        refined = self.refine(attention, [len(store) - prefix_len for store in self.layers])
+        return [keep_indices(score, slots, prefix_len) for score, slots in zip(refined, self.slots(prefix_len))]
+
+    def refine(self, attention: list[torch.Tensor | None], counts: list[int]) -> list[torch.Tensor]:
+        """§7-§8: each layer's raw scores of its ``counts`` candidates, smoothed across layers."""
         eps = self.settings.norm_eps
         raw = []
-        for store, (omega, k), attn in zip(self.layers, self.schedule, attention):
+        for store, (omega, k), attn, count in zip(self.layers, self.schedule, attention, counts):
             if attn is None:  # ω = 1: the reference's 0·attention + 1·recency is the recency term exactly
-                count = len(store) - prefix_len
                 raw.append(recency_norm(count, k, eps, store.keys.device) if count else torch.empty(0))
             else:
                 raw.append(raw_scores(attn, omega, k, eps))
-        refined = smooth_scores(raw, self.roles, self.settings.lambdas)
-        return [keep_indices(score, slots, prefix_len) for score, slots in zip(refined, self.slots(prefix_len))]
+        return smooth_scores(raw, self.roles, self.settings.lambdas)
 
-    def layer_attention(self, guidance: list[GuidancePass] | None, prefix_len: int) -> list[torch.Tensor | None]:
+    def plan_per_camera(self, guidance: list[GuidancePass] | None, prefix_len: int,
+                        clocks: list[int]) -> list[torch.Tensor]:
+        """§6-§9 with several cameras, each scored on its own as if it were alone (docs/hermes.md
+        "Cameras"): the guidance attends over the prefix and that camera's tokens from its clock,
+        recency ranks, min-max and the smoothing run over its candidates. ``equal`` shares: each
+        camera keeps its top slots; ``shared``: the top M over every camera's scores."""
+        scores = [torch.zeros(len(store) - prefix_len) for store in self.layers]
+        for clock in clocks:
+            columns = [torch.nonzero(store.clocks[prefix_len:] == clock).flatten().cpu() for store in self.layers]
+            refined = self.refine(self.layer_attention(guidance, prefix_len, clock), [len(c) for c in columns])
+            for score, cols, mine in zip(scores, columns, refined):
+                if len(cols):
+                    score[cols] = mine.float().cpu()
+        out = []
+        for score, lanes, store in zip(scores, self.lane_slots(prefix_len), self.layers):
+            if len(lanes) == 1:
+                out.append(keep_indices(score, next(iter(lanes.values())), prefix_len))
+                continue
+            candidates = store.clocks[prefix_len:].cpu()
+            kept = [torch.nonzero(candidates == c).flatten()[torch.topk(score[candidates == c], n, sorted=False).indices]
+                    for c, n in lanes.items() if n]
+            kept = torch.sort(torch.cat(kept)).values if kept else torch.empty(0, dtype=torch.long)
+            out.append(torch.cat((torch.arange(prefix_len), kept + prefix_len)))
+        return out
+
+    def layer_attention(self, guidance: list[GuidancePass] | None, prefix_len: int,
+                        clock: int | None = None) -> list[torch.Tensor | None]:
         """§5-§6: each layer's guidance attention on its candidates, from the un-rotated guidance
         q/k the session computed. A layer with ω = 1 gives its attention weight 0 (D2: the local
-        prompt of the shallow layers), so none is asked for it."""
+        prompt of the shallow layers), so none is asked for it. With ``clock``: over the prefix
+        and that camera's tokens only, the guidance on its clock (docs/hermes.md "Cameras")."""
         if guidance is None and any(omega != 1.0 for omega, _ in self.schedule):
             raise ValueError("hermes needs the guidance q/k its guidance_request asked for (ChunkContext.guidance)")
         rotary = self.geometry.rotary
@@ -197,14 +277,23 @@ class HermesPolicy(LayerwisePolicy):
         attention: list[torch.Tensor | None] = [None] * len(self.layers)
         for guidance_pass in guidance or []:
             for i, (q, k) in zip(guidance_pass.layers, guidance_pass.qk):
-                cos, sin = rotary.cos_sin(self.guidance_positions(i, guidance_pass.length), q.dtype)
+                store = self.layers[i]
+                at = (self.guidance_positions(i, guidance_pass.length) if clock is None
+                      else self.guidance_positions(i, guidance_pass.length, clock))
+                cos, sin = rotary.cos_sin(at, q.dtype)
+                keys = store.keys
+                if clock is not None:
+                    keys = keys.index_select(2, torch.nonzero(on_clock(store.units, store.clocks, clock)).flatten())
                 attention[i] = guidance_attention(apply_rotary(q, cos, sin), apply_rotary(k, cos, sin),
-                                                  self.layers[i].keys, prefix_len, softmax_dtype, weights_dtype)
+                                                  keys, prefix_len, softmax_dtype, weights_dtype)
         return attention
 
-    def shrink(self, keep: list[torch.Tensor], compact: bool, outcome: ChunkOutcome | None = None) -> None:
+    def shrink(self, keep: list[torch.Tensor], compact: bool | list[int],
+               outcome: ChunkOutcome | None = None) -> None:
         """§10: keep the kept tokens (in place, store.py), re-index them when ``compact``, fold the
-        pruned ones of deep layers into a summary token; layer after layer, each whole."""
+        pruned ones of deep layers into a summary token, one per camera clock that lost tokens
+        (docs/hermes.md "Cameras"); layer after layer, each whole. ``compact``: re-index every
+        clock (True) or those listed."""
         rotary = self.geometry.rotary
         for role, store, indices in zip(self.roles, self.layers, keep):
             length = len(store)
@@ -214,19 +303,21 @@ class HermesPolicy(LayerwisePolicy):
                 pruned = pruned_indices(safe, length)
                 gone = (store.keys.index_select(2, pruned), store.values.index_select(2, pruned),
                         store.positions.index_select(1, pruned))
+                gone_clocks = store.clocks.index_select(0, pruned)
             store.keep(safe)
             if compact:
-                store.reindex(rotary, self.renumber)  # §10.3: keys turned by the delta
+                store.reindex(rotary, self.renumber, clocks=None if compact is True else list(compact))  # §10.3
             if fold:
-                # §10.1/§10.2: the summary sits at max + 1 on every axis (with 1D positions, which only
-                # grow along the cache, that is the last kept position + 1)
-                target = store.positions.max().item() + 1.0
-                every = torch.arange(pruned.numel(), device=pruned.device)
-                key, value = summary_token(*gone, every, target, rotary)
-                store.append(key, value, torch.full((rotary.axes, 1), target, device=store.positions.device),
-                             torch.tensor([SUMMARY_UNIT]), torch.tensor([-1]))
-                if outcome is not None:
-                    outcome.details["summary_tokens"] += 1
+                for clock in torch.unique(gone_clocks).tolist():
+                    # §10.1/§10.2: the summary sits at max + 1 on every axis of its clock (with 1D
+                    # positions, which only grow along the cache, that is the last kept position + 1)
+                    target = store.next_offset(clock)
+                    mine = torch.nonzero(gone_clocks == clock).flatten().to(pruned.device)
+                    key, value = summary_token(*gone, mine, target, rotary)
+                    store.append(key, value, torch.full((rotary.axes, 1), target, device=store.positions.device),
+                                 torch.tensor([SUMMARY_UNIT]), torch.tensor([-1]), clock)
+                    if outcome is not None:
+                        outcome.details["summary_tokens"] += 1
             if outcome is not None:
                 outcome.evicted_tokens += length - int(safe.numel())
         if compact:

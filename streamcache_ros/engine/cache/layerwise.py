@@ -10,8 +10,10 @@ import torch
 
 from .attention import cached_attention
 from .base import CachePolicy, CacheStats, ChunkContext, ChunkOutcome, ChunkShape, NewTokens, UnitTokens
+from .clocks import clocks_held, stored_clock
 from .positions import MROPE_MODES, ReindexSettings, renumber
 from .rope import apply_rotary
+from .rows import QueryRows
 from .settings import GENERAL, setting
 from .store import KVStore
 from .units import PREFIX_UNIT, SUMMARY_UNIT
@@ -41,6 +43,7 @@ class LayerwisePolicy(CachePolicy):
         self.rule = self.settings.reindex_rule(self.geometry.max_position_embeddings)
         self.reindex_events = 0
         self.dense_fallbacks = 0  # shift re-indexes that did not fit under the threshold and were ranked densely
+        self.arriving: int | None = None  # the clock of the chunk being stored (until it is compressed)
 
     def append(self, layer, k, v, new):
         self._store(layer, k, v, new)
@@ -48,20 +51,25 @@ class LayerwisePolicy(CachePolicy):
     def attend(self, layer, q, k, v, new, key_filter=None):
         cos, sin = self._store(layer, k, v, new)
         store = self.layers[layer]
-        key_mask = None if key_filter is None else store.visible(key_filter)
         q = apply_rotary(q, cos, sin)
+        if isinstance(key_filter, QueryRows):
+            return cached_attention(q, store.keys, store.values, query_mask=key_filter.mask(store, new.clock))
+        # a pass on a camera's clock sees only the prefix and that camera's tokens (clocks.py)
+        key_mask = store.clock_mask(new.clock) if key_filter is None else store.visible(key_filter, new.clock)
         if self.probe is not None:
             self.probe.observe(layer, store, q, key_mask)
         return cached_attention(q, store.keys, store.values, key_mask, self.geometry.attention_backend)
 
     def _store(self, layer: int, k: torch.Tensor, v: torch.Tensor,
                new: NewTokens) -> tuple[torch.Tensor, torch.Tensor]:
-        """Append the new tokens to the layer at its next offset, keys rotated; returns the cos/sin
-        they were rotated with, for the queries of the same tokens."""
+        """Append the new tokens to the layer at its next offset on their clock, keys rotated;
+        returns the cos/sin they were rotated with, for the queries of the same tokens."""
         store = self.layers[layer]
-        positions = new.rel_positions.to(k.device) + store.next_offset()
+        positions = new.rel_positions.to(k.device) + store.next_offset(new.clock)
         cos, sin = self.geometry.rotary.cos_sin(self.rotary_positions(layer, positions, new), k.dtype)
-        store.append(apply_rotary(k, cos, sin), v, positions, new.units, new.chunks)
+        store.append(apply_rotary(k, cos, sin), v, positions, new.units, new.chunks, new.clock)
+        if layer == 0 and bool((new.units >= 0).any()):
+            self.arriving = stored_clock(new.clock)
         return cos, sin
 
     def rotary_positions(self, layer: int, positions: torch.Tensor, new: NewTokens) -> torch.Tensor:
@@ -69,10 +77,13 @@ class LayerwisePolicy(CachePolicy):
         return positions
 
     def compress(self, context: ChunkContext) -> ChunkOutcome:
+        before = self.clock_counts()
         outcome = self.evict(context)
-        if self.rule.due(self.max_position()):
-            self.reindex()
+        due = self.due_clocks(self.changed_clocks(before))
+        if due:
+            self.reindex(clocks=due)
             outcome.reindexed = True
+        self.arriving = None
         return outcome
 
     def evict(self, context: ChunkContext) -> ChunkOutcome:
@@ -82,14 +93,61 @@ class LayerwisePolicy(CachePolicy):
     def prefix_len(self) -> int:
         return int((self.layers[0].units == PREFIX_UNIT).sum().item())
 
-    # -- positions ------------------------------------------------------------------------------
-    def max_position(self) -> float:
-        return max((s.next_offset() - 1.0 for s in self.layers), default=-1.0)
+    @property
+    def camera_shares(self) -> bool:
+        """Each camera keeps its own share of the budget (``camera_budget_share: equal``, clocks.py)."""
+        return getattr(self.settings, "camera_budget_share", "shared") == "equal"
 
-    def ensure_room(self, n_tokens: int) -> None:
-        if self.rule.overflows(self.max_position(), n_tokens):
-            self.reindex(room=n_tokens)
-            self.rule.require(self.max_position(), n_tokens)
+    def lanes(self, store: KVStore) -> list[int]:
+        """The clocks of a layer's video tokens that share out its budget: several only with
+        ``camera_budget_share: equal`` and more than one camera in memory."""
+        held = clocks_held(store.units, store.clocks)
+        return held if self.camera_shares and len(held) > 1 else held[:1]
+
+    # -- positions ------------------------------------------------------------------------------
+    def max_position(self, clock: int | None = None) -> float:
+        """The largest position on ``clock`` (None: of every token), over the layers."""
+        return max((s.next_offset(clock) - 1.0 for s in self.layers), default=-1.0)
+
+    def clock_ids(self) -> list[int]:
+        """The clocks of the video held in any layer (ascending)."""
+        return sorted({c for s in self.layers for c in clocks_held(s.units, s.clocks)})
+
+    def clock_counts(self) -> dict[int, int]:
+        """Video tokens (and summaries) held per clock, over every layer."""
+        counts: dict[int, int] = {}
+        for store in self.layers:
+            ids, held = torch.unique(store.clocks[store.units != PREFIX_UNIT], return_counts=True)
+            for clock, n in zip(ids.tolist(), held.tolist()):
+                counts[clock] = counts.get(clock, 0) + n
+        return counts
+
+    def changed_clocks(self, before: dict[int, int]) -> list[int]:
+        """The clocks a compression changed: the chunk's own, and any that lost tokens (``before``:
+        ``clock_counts`` before it); every clock when no chunk was stored (a direct call)."""
+        after = self.clock_counts()
+        if self.arriving is None:
+            return sorted(after)
+        return sorted({self.arriving} | {c for c in after if after[c] != before.get(c, 0)})
+
+    def due_clocks(self, changed: list[int] | None = None) -> list[int]:
+        """The clocks a compression re-indexes (every camera's clock decides for itself,
+        clocks.py): eager, those it ``changed`` (default: all), as a camera alone is re-indexed
+        after each of its own compressions; lazy, each whose own positions passed the threshold."""
+        if self.rule.mode == "eager":
+            return self.clock_ids() if changed is None else list(changed)
+        return [c for c in self.clock_ids() if self.rule.due(self.max_position(c))]
+
+    def ensure_room(self, n_tokens: int, clock: int | None = None) -> None:
+        if clock is not None:
+            crowded = [clock] if self.rule.overflows(self.max_position(clock), n_tokens) else []
+        else:  # a pass after every position: every clock that would leave no room
+            crowded = [c for c in self.clock_ids() if self.rule.overflows(self.max_position(c), n_tokens)]
+            if not crowded and self.rule.overflows(self.max_position(), n_tokens):
+                crowded = None  # (the prefix alone)
+        if crowded != []:
+            self.reindex(room=n_tokens, clocks=crowded)
+            self.rule.require(self.max_position(clock), n_tokens)
 
     @property
     def bounding_setting(self) -> str:
@@ -103,12 +161,13 @@ class LayerwisePolicy(CachePolicy):
         chunks = -(-value // shape.chunk_tokens) + 1
         return min(value, chunks * shape.chunk_positions)
 
-    def reindex(self, room: int = 0) -> None:
-        """Renumber every layer's kept tokens compactly and rotate their keys by the delta, leaving
-        ``room`` positions free below the model's range."""
+    def reindex(self, room: int = 0, clocks: list[int] | None = None) -> None:
+        """Renumber every layer's kept tokens compactly (each clock on its own; ``clocks``: only
+        those) and rotate their keys by the delta, leaving ``room`` positions free below the
+        model's range."""
         renumber = functools.partial(self.renumber, room=room)
         for store in self.layers:
-            store.reindex(self.geometry.rotary, renumber)
+            store.reindex(self.geometry.rotary, renumber, clocks=clocks)
         self.reindex_events += 1
 
     def renumber(self, old: torch.Tensor, units: torch.Tensor, chunks: torch.Tensor, room: int = 0) -> torch.Tensor:

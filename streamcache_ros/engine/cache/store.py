@@ -1,10 +1,10 @@
 """The KV storage every policy keeps: one store class whose rows are KV heads.
 
 A store holds post-RoPE keys and values [1, rows, T, D] and, for every slot, its position, its
-stream unit and its chunk. Positions and unit ids are either *shared* by all rows (the
-layer-managed policies: every KV head of a layer holds the same tokens; positions [axes, T], units
-and chunks [T]) or kept *per row* (H2SVC: each head evicts on its own; positions [rows, axes, T],
-units and chunks [rows, T]). The rows of a store always have one length T: when per-row stores keep
+stream unit, its chunk and its clock (the camera whose positions it is on, clocks.py). Positions and
+unit ids are either *shared* by all rows (the layer-managed policies: every KV head of a layer holds
+the same tokens; positions [axes, T], units, chunks and clocks [T]) or kept *per row* (H2SVC: each
+head evicts on its own; positions [rows, axes, T], units, chunks and clocks [rows, T]). The rows of a store always have one length T: when per-row stores keep
 different numbers of tokens the shorter rows are padded with ``PAD_UNIT`` slots, never attended to
 and never counted, so the bytes held are rows · T · D per tensor, not a full cache masked out.
 
@@ -24,6 +24,7 @@ from typing import Any, Callable
 import torch
 
 from ..layout import next_offset
+from .clocks import NO_CLOCK, clocks_held, on_clock, stored_clock
 from .rope import RotarySpec, rotate_by_delta
 from .units import PAD_UNIT, PREFIX_UNIT, TEXT_UNIT
 
@@ -42,11 +43,13 @@ class KVStore:
 
     copies = 0  # appends that copied a store's tokens into a larger buffer, every store so far (benchmarks)
 
-    def __init__(self, keys, values, positions, units, chunks, heads: torch.Tensor, shared: bool):
+    def __init__(self, keys, values, positions, units, chunks, heads: torch.Tensor, shared: bool,
+                 clocks: torch.Tensor | None = None):
         self.heads = heads
         self.shared = shared
         self.copied = 0  # appends or reserves that copied this store's tokens into a larger buffer
-        self._adopt(keys, values, positions, units, chunks)
+        clocks = torch.full_like(units, NO_CLOCK) if clocks is None else clocks
+        self._adopt(keys, values, positions, units, chunks, clocks)
         self.padded = bool((self.units == PAD_UNIT).any()) if len(self) else False
 
     @classmethod
@@ -57,9 +60,9 @@ class KVStore:
         keys = torch.empty(1, len(heads), 0, g.head_dim, dtype=g.dtype, device=g.device)
         ids = torch.empty(*rows, 0, dtype=torch.long, device=g.device)
         return cls(keys, keys, torch.empty(*rows, g.rotary.axes, 0, device=g.device), ids, ids,
-                   torch.tensor(heads, dtype=torch.long, device=g.device), shared)
+                   torch.tensor(heads, dtype=torch.long, device=g.device), shared, ids)
 
-    def _adopt(self, keys, values, positions, units, chunks, capacity: int = 0) -> None:
+    def _adopt(self, keys, values, positions, units, chunks, clocks, capacity: int = 0) -> None:
         """New buffers holding these tokens (copied), with room for ``capacity`` slots in all."""
         length = int(keys.shape[2])
         capacity = max(capacity, length)
@@ -75,6 +78,7 @@ class KVStore:
 
             self._keys, self._values = buffer(keys), buffer(values)
             self._positions, self._units, self._chunks = buffer(positions), buffer(units), buffer(chunks)
+            self._clocks = buffer(clocks)
         self._length = length
 
     # -- the tokens held (views of the buffers) ---------------------------------------------------
@@ -97,6 +101,10 @@ class KVStore:
     @property
     def chunks(self) -> torch.Tensor:
         return self._chunks[..., :self._length]
+
+    @property
+    def clocks(self) -> torch.Tensor:
+        return self._clocks[..., :self._length]
 
     # -- shape ------------------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -133,18 +141,24 @@ class KVStore:
             return torch.full((self.rows,), len(self), dtype=torch.long, device=self.units.device)
         return (self.units != PAD_UNIT).sum(dim=1)
 
-    def next_offset(self) -> float:
-        """Where the next token goes: max position + 1 over all axes (docs/hermes.md §3)."""
+    def next_offset(self, clock: int | None = None) -> float:
+        """Where the next token on ``clock`` goes (None: on no clock): max position + 1 over all axes
+        of the tokens that clock counts (docs/hermes.md §3, clocks.py)."""
         if self.shared:
-            return next_offset(self.positions)
-        return float(self.next_offsets().max()) if self.rows else 0.0
+            counted = on_clock(self.units, self.clocks, clock)
+            return next_offset(self.positions if counted is None else self.positions[:, counted])
+        return float(self.next_offsets(clock).max()) if self.rows else 0.0
 
-    def next_offsets(self) -> torch.Tensor:
-        """[rows] where each row's next token goes (all equal when shared)."""
+    def next_offsets(self, clock: int | None = None) -> torch.Tensor:
+        """[rows] where each row's next token on ``clock`` goes (all equal when shared)."""
         if len(self) == 0:
             return torch.zeros(self.rows, dtype=torch.float32, device=self.positions.device)
         positions, units = self._per_row(self.positions), self._per_row(self.units)
-        held = positions.masked_fill((units == PAD_UNIT)[:, None, :], -1.0)
+        ignored = units == PAD_UNIT
+        counted = on_clock(units, self._per_row(self.clocks), clock)
+        if counted is not None:
+            ignored = ignored | ~counted
+        held = positions.masked_fill(ignored[:, None, :], -1.0)
         return (held.amax(dim=(1, 2)) + 1.0).expand(self.rows)
 
     def unit_columns(self, unit: int) -> torch.Tensor:
@@ -153,9 +167,10 @@ class KVStore:
 
     # -- writing ----------------------------------------------------------------------------------
     def append(self, k: torch.Tensor, v: torch.Tensor, positions: torch.Tensor, units: torch.Tensor,
-               chunks: torch.Tensor) -> None:
+               chunks: torch.Tensor, clock: int | None = None) -> None:
         """k, v [1, rows, Q, D]; positions [axes, Q] (shared) or [rows, axes, Q]; units and chunks
-        [Q]: the same tokens for every row. Written into the reserved room (grown once if short)."""
+        [Q]: the same tokens for every row, on ``clock`` (None: on no clock). Written into the
+        reserved room (grown once if short)."""
         units, chunks = units.to(self._units.device), chunks.to(self._chunks.device)
         if not self.shared:
             units, chunks = units[None].expand(self.rows, -1), chunks[None].expand(self.rows, -1)
@@ -166,6 +181,7 @@ class KVStore:
         self._positions[..., start:end] = positions
         self._units[..., start:end] = units
         self._chunks[..., start:end] = chunks
+        self._clocks[..., start:end] = stored_clock(clock)
         self._length = end
 
     def reserve(self, extra: int) -> None:
@@ -176,7 +192,8 @@ class KVStore:
         if need > self.capacity:
             KVStore.copies += 1
             self.copied += 1
-            self._adopt(self.keys, self.values, self.positions, self.units, self.chunks, need + need // GROWTH)
+            self._adopt(self.keys, self.values, self.positions, self.units, self.chunks, self.clocks,
+                        need + need // GROWTH)
 
     def truncate(self, length: int) -> None:
         """Drop the tokens after the first ``length`` (a question's, a failed chunk's): the views
@@ -188,7 +205,7 @@ class KVStore:
         index = index.to(self._keys.device)
         store = KVStore(self.keys.index_select(2, index), self.values.index_select(2, index),
                         self.positions.index_select(-1, index), self.units.index_select(-1, index),
-                        self.chunks.index_select(-1, index), self.heads, self.shared)
+                        self.chunks.index_select(-1, index), self.heads, self.shared, self.clocks.index_select(-1, index))
         store.padded = self.padded
         return store
 
@@ -220,6 +237,7 @@ class KVStore:
             self._positions[..., :width].masked_fill_(~filled[:, None, :], 0)
             self._units[..., :width].masked_fill_(~filled, PAD_UNIT)
             self._chunks[..., :width].masked_fill_(~filled, -1)
+            self._clocks[..., :width].masked_fill_(~filled, NO_CLOCK)
 
     def _gather(self, order: torch.Tensor, width: int) -> None:
         """Slot ``order[r, j]`` of row ``r`` to slot ``j``, for j < width, in blocks (order[r, j] >= j)."""
@@ -239,6 +257,7 @@ class KVStore:
                 self._positions[:, start:end] = self._positions.index_select(1, slots)
                 self._units[start:end] = self._units.index_select(0, slots)
                 self._chunks[start:end] = self._chunks.index_select(0, slots)
+                self._clocks[start:end] = self._clocks.index_select(0, slots)
             else:
                 index = take[None, :, :, None].expand(1, -1, -1, dim)
                 self._keys[:, :, start:end] = self._keys.gather(2, index)
@@ -247,19 +266,31 @@ class KVStore:
                 self._positions[:, :, start:end] = self._positions.gather(2, take[:, None, :].expand(-1, axes, -1))
                 self._units[:, start:end] = self._units.gather(1, take)
                 self._chunks[:, start:end] = self._chunks.gather(1, take)
+                self._clocks[:, start:end] = self._clocks.gather(1, take)
         self._length = width
 
-    def reindex(self, rotary: RotarySpec, renumber: Renumber, rows: torch.Tensor | None = None) -> None:
+    def reindex(self, rotary: RotarySpec, renumber: Renumber, rows: torch.Tensor | None = None,
+                clocks: list[int] | None = None) -> None:
         """Renumber the kept tokens of ``rows`` (all of them by default; a shared store renumbers all
         its rows at once) with ``renumber`` and turn their cached keys by the position delta
-        (docs/hermes.md §10.3). Padding slots keep their place."""
+        (docs/hermes.md §10.3). Each clock is renumbered on its own, with the prefix, as if its
+        camera were alone (clocks.py); ``clocks``: only those (None: every clock). Padding slots
+        keep their place."""
         positions, units, chunks = self._per_row(self.positions), self._per_row(self.units), \
             self._per_row(self.chunks)
+        token_clocks = self._per_row(self.clocks)
         new = positions.clone()
         tracks = range(positions.shape[0]) if rows is None or self.shared else rows.tolist()
         for row in tracks:
             valid = units[row] != PAD_UNIT
-            new[row][:, valid] = renumber(positions[row][:, valid], units[row][valid], chunks[row][valid])
+            held = clocks_held(units[row][valid], token_clocks[row][valid])
+            chosen = held if clocks is None else [c for c in held if c in clocks]
+            if len(held) <= 1:  # one clock (or the prefix alone): the whole row, as ever
+                parts = [valid] if chosen or not held else []
+            else:
+                parts = [valid & on_clock(units[row], token_clocks[row], c) for c in chosen]
+            for cols in parts:
+                new[row][:, cols] = renumber(positions[row][:, cols], units[row][cols], chunks[row][cols])
         delta = self._as_stored(new - positions)
         keys = self.keys
         rotated = rotate_by_delta(keys, rotary, delta)
@@ -268,13 +299,23 @@ class KVStore:
         self._positions[..., :self._length] = self._as_stored(new)
 
     # -- reading ----------------------------------------------------------------------------------
-    def visible(self, allowed_units: torch.Tensor) -> torch.Tensor:
+    def visible(self, allowed_units: torch.Tensor, clock: int | None = None) -> torch.Tensor:
         """Slots a question limited to ``allowed_units`` may see: those units, and the system prompt
         and the question's own text always; a summary token only when ``allowed_units`` lists
         SUMMARY_UNIT (a time window hides it, docs/interfaces.md "Time windows and evidence");
-        never padding."""
+        never padding. A question on ``clock`` sees only that clock's tokens (clock_mask)."""
         units = self.units
-        return (units == PREFIX_UNIT) | (units == TEXT_UNIT) | torch.isin(units, allowed_units.to(units.device))
+        seen = (units == PREFIX_UNIT) | (units == TEXT_UNIT) | torch.isin(units, allowed_units.to(units.device))
+        counted = on_clock(units, self.clocks, clock)
+        return seen if counted is None else seen & counted
+
+    def clock_mask(self, clock: int | None) -> torch.Tensor | None:
+        """Slots a pass on ``clock`` may see ([T], or [rows, T] per row): the prefix and that clock's
+        tokens; None when that is every slot (one camera, or a pass on no clock)."""
+        counted = on_clock(self.units, self.clocks, clock)
+        if counted is None or bool((counted | (self.units == PAD_UNIT)).all()):
+            return None
+        return counted
 
     def attention_mass(self, q: torch.Tensor, visible: torch.Tensor | None = None) -> torch.Tensor:
         """The attention weights of the newest query over this store, summed over each row's query
@@ -305,13 +346,16 @@ class KVStore:
     def state(self) -> dict[str, Any]:
         """The tokens held, copied (never the live buffers)."""
         return {"heads": self.heads.cpu(), **{name: getattr(self, name).to("cpu", copy=True)
-                                              for name in ("keys", "values", "positions", "units", "chunks")}}
+                                              for name in ("keys", "values", "positions", "units", "chunks",
+                                                           "clocks")}}
 
     def load(self, state: dict[str, Any], geometry) -> None:
         theirs = [int(h) for h in state["heads"]]
         if theirs != self.heads.tolist():
             raise ValueError(f"the snapshot stores KV heads {theirs} where this cache stores {self.heads.tolist()}")
         d = geometry.device
+        units = state["units"].to(d)
+        clocks = state["clocks"].to(d) if "clocks" in state else torch.full_like(units, NO_CLOCK)
         self._adopt(state["keys"].to(d, geometry.dtype), state["values"].to(d, geometry.dtype),
-                    state["positions"].to(d), state["units"].to(d), state["chunks"].to(d))
+                    state["positions"].to(d), units, state["chunks"].to(d), clocks)
         self.padded = bool((self.units == PAD_UNIT).any())

@@ -5,22 +5,28 @@ chunk, when the video tokens pass ``budget_tokens``, the policy keeps as many st
 temporal patches of 2 frames on Qwen2.5-VL) as the budget holds, those nearest to evenly spaced
 points from the oldest unit held to the newest, and evicts the others, whole units at a time. The
 oldest and the newest unit are always kept, so what stays covers the whole stream evenly; every
-layer keeps the same units, and the system prefix is kept on top of the budget.
+layer keeps the same units, and the system prefix is kept on top of the budget. With several
+cameras and ``camera_budget_share: equal`` each camera's units are spread over its own fair share of
+the budget (clocks.fair_shares), evenly over that camera's own stream (its units counted as they
+arrived), as they would be were the camera alone.
 """
 from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
 from .base import ChunkContext, ChunkOutcome
+from .clocks import camera_share_setting, fair_shares
 from .layerwise import LayerwisePolicy, LayerwiseSettings, budget_setting
 
 
 @dataclass(frozen=True)
 class UniformSettings(LayerwiseSettings):
     budget_tokens: int = budget_setting()
+    camera_budget_share: str = camera_share_setting()
 
 
 def spread(units: list[int], count: int) -> list[int]:
@@ -47,22 +53,67 @@ def spread(units: list[int], count: int) -> list[int]:
     return chosen
 
 
+def spread_within(units: list[int], tokens: dict[int, int], budget: int,
+                  times: dict[int, int] | None = None) -> list[int]:
+    """The ``units`` (ascending) spread evenly within ``budget`` tokens (``tokens``: each unit's),
+    over their ids or over their ``times`` (ascending with the ids)."""
+    total = sum(tokens[u] for u in units)
+    count = min(len(units), budget * len(units) // total) if total else 0  # as many units as fit, on average
+    at = units if times is None else [times[u] for u in units]
+    unit_at = dict(zip(at, units))
+
+    def chosen(n: int) -> list[int]:
+        return [unit_at[t] for t in spread(at, n)]
+
+    keep = chosen(count)
+    while keep and sum(tokens[u] for u in keep) > budget:  # units of different sizes (cameras)
+        count -= 1
+        keep = chosen(count)
+    return keep
+
+
 class UniformCachePolicy(LayerwisePolicy):
     name = "uniform"
     settings_class = UniformSettings
 
+    def reset(self) -> None:
+        super().reset()
+        self.times: dict[int, int] = {}  # unit -> its index in its camera's stream
+        self.arrived: dict[int, int] = {}  # clock -> units of that camera so far
+
+    def _count_arrivals(self) -> None:
+        """Number the units stored since the last compression in their camera's stream."""
+        store = self.layers[0]
+        video = store.units >= 0
+        new = [(u, c) for u, c in sorted(set(zip(store.units[video].tolist(), store.clocks[video].tolist())))
+               if u not in self.times]
+        for unit, clock in new:
+            self.times[unit] = self.arrived.get(clock, 0)
+            self.arrived[clock] = self.times[unit] + 1
+
     def evict(self, context: ChunkContext) -> ChunkOutcome:
+        self._count_arrivals()
+        outcome = self._evict()
+        held = set(self.layers[0].units.tolist())
+        self.times = {u: t for u, t in self.times.items() if u in held}
+        return outcome
+
+    def _evict(self) -> ChunkOutcome:
         units_of_tokens = self.layers[0].units
         held, counts = torch.unique(units_of_tokens[units_of_tokens >= 0], return_counts=True)  # ascending
         total, budget = int(counts.sum()), self.budget_tokens
         if total <= budget:
             return ChunkOutcome()
         units, tokens = held.tolist(), dict(zip(held.tolist(), counts.tolist()))
-        count = min(len(units), budget * len(units) // total)  # as many units as fit, on average
-        keep = spread(units, count)
-        while keep and sum(tokens[u] for u in keep) > budget:  # units of different sizes (cameras)
-            count -= 1
-            keep = spread(units, count)
+        lanes = self.lanes(self.layers[0])
+        if len(lanes) == 1:
+            keep = spread_within(units, tokens, budget)
+        else:  # each camera's units spread over its share of the budget
+            clocks = self.layers[0].clocks
+            lane_units = {c: torch.unique(units_of_tokens[(units_of_tokens >= 0) & (clocks == c)]).tolist()
+                          for c in lanes}
+            shares = fair_shares({c: sum(tokens[u] for u in mine) for c, mine in lane_units.items()}, budget)
+            keep = [u for c in lanes for u in spread_within(lane_units[c], tokens, shares[c], self.times)]
         kept = torch.tensor(keep, dtype=torch.long)
         evicted = 0
         for store in self.layers:
@@ -70,3 +121,12 @@ class UniformCachePolicy(LayerwisePolicy):
             evicted += int((~stays).sum())
             store.keep(torch.nonzero(stays).flatten())
         return ChunkOutcome(evicted_tokens=evicted)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {**super().state_dict(), "times": [[u, t] for u, t in sorted(self.times.items())],
+                "arrived": [[c, n] for c, n in sorted(self.arrived.items())]}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        self.times = {int(u): int(t) for u, t in state["times"]}
+        self.arrived = {int(c): int(n) for c, n in state["arrived"]}

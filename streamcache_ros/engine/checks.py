@@ -1,0 +1,102 @@
+"""Checks of what comes in from outside: frames, questions, options, cameras, time windows.
+
+Each raises the engine's own error (FrameError, QuestionError) with a message meant for whoever
+sent the thing, before anything touches the cache; so a refused frame or question leaves the memory
+exactly as it was (docs/reliability.md).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .decoding import REPLACEMENT_CHARACTER
+from .errors import FrameError, QuestionError
+from .layout import OPTION_LETTERS
+from .ledger import Window
+
+# A question longer than this many characters per allowed token cannot fit: refused before the
+# tokenizer sees it (a megabyte string must not cost a tokenizer pass).
+CHARS_PER_TOKEN_LIMIT = 16
+
+
+def checked_frame(frame) -> np.ndarray:
+    """An RGB uint8 frame [H, W, 3], contiguous; FrameError for anything else."""
+    if not isinstance(frame, np.ndarray):
+        raise FrameError(f"frame must be a numpy array, got {type(frame).__name__}")
+    if frame.ndim != 3 or frame.shape[2] != 3:
+        raise FrameError(f"frame must be RGB [H, W, 3], got shape {tuple(frame.shape)}")
+    if frame.dtype != np.uint8:
+        raise FrameError(f"frame must be uint8, got {frame.dtype}")
+    if frame.shape[0] < 1 or frame.shape[1] < 1:
+        raise FrameError(f"frame is empty: shape {tuple(frame.shape)}")
+    return np.ascontiguousarray(frame)
+
+
+def checked_window(since: float | None, until: float | None) -> Window | None:
+    """The window with open ends as infinities, or None without one; QuestionError for a window
+    that cannot hold a frame."""
+    if since is None and until is None:
+        return None
+    low, high = (-math.inf if since is None else float(since)), (math.inf if until is None else float(until))
+    if math.isnan(low) or math.isnan(high):
+        raise QuestionError("since/until must be numbers")
+    if low > high:
+        raise QuestionError(f"the window is empty: since ({low:.3f}) is after until ({high:.3f})")
+    return Window(low, high)
+
+
+def check_text(what: str, text: str) -> None:
+    bad = text.find(REPLACEMENT_CHARACTER)
+    if bad >= 0:
+        raise QuestionError(f"the {what} is not valid UTF-8 (character {bad} is U+FFFD, what bytes that are "
+                            "not UTF-8 become on the way): send UTF-8 text")
+
+
+def check_question(question: str, options: list[str], max_question_tokens: int) -> None:
+    """The question's text and options, before any tokenizer sees them."""
+    if not isinstance(question, str) or not question.strip():
+        raise QuestionError("the question is empty")
+    if len(question) > CHARS_PER_TOKEN_LIMIT * max_question_tokens:
+        raise QuestionError(f"the question is {len(question)} characters; at most "
+                            f"{CHARS_PER_TOKEN_LIMIT * max_question_tokens} (max_question_tokens {max_question_tokens})")
+    check_text("question", question)
+    if len(options) > len(OPTION_LETTERS):
+        raise QuestionError(f"at most {len(OPTION_LETTERS)} options (A-Z), got {len(options)}")
+    for i, option in enumerate(options):
+        if not option.strip():
+            raise QuestionError(f"option {i} ({OPTION_LETTERS[i]}) is empty")
+        check_text(f"option {i} ({OPTION_LETTERS[i]})", option)
+
+
+def check_camera_name(camera: str, configured: tuple[str, ...]) -> None:
+    """A camera a question names must be one of ``configured`` (the node's camera_topics) when any are."""
+    check_text("camera name", camera)
+    if camera and configured and camera not in configured:
+        raise QuestionError(f"unknown camera '{camera}' (camera_topics: {', '.join(configured)})")
+
+
+def check_camera_seen(camera: str, seen: list[str], configured: tuple[str, ...]) -> None:
+    """A camera a question names must have sent frames (checked under the cache's lock)."""
+    if camera and camera not in seen:
+        if configured:
+            raise QuestionError(f"no frames from camera '{camera}' yet")
+        known = ", ".join(c or "''" for c in seen) or "none yet"
+        raise QuestionError(f"unknown camera '{camera}' (cameras seen: {known})")
+
+
+def check_prompt_length(ids: list[int], max_question_tokens: int) -> None:
+    if len(ids) > max_question_tokens:
+        raise QuestionError(f"the question is {len(ids)} tokens with its prompt; the limit is {max_question_tokens} "
+                            "(max_question_tokens)")
+
+
+def check_answer_room(prompt_tokens: int, answer_tokens: int, max_position_embeddings: int) -> None:
+    """A question and its answer take positions after the cache: they must fit the model's range
+    with room to spare, or answering would have to re-index the memory."""
+    if answer_tokens < 0:
+        raise QuestionError(f"max_new_tokens must be >= 0, got {answer_tokens}")
+    room = max_position_embeddings // 2
+    if prompt_tokens + answer_tokens > room:
+        raise QuestionError(f"max_new_tokens {answer_tokens} is too many: the question ({prompt_tokens} tokens) and "
+                            f"its answer must fit in half the model's position range ({room} tokens)")

@@ -1,0 +1,162 @@
+"""How a chunk runs, and how ingest is doing: encode, prefill, compress, book.
+
+    pipeline = ChunkPipeline(adapter, policy, ledger, config)
+    report = pipeline.run(camera, [(rgb, stamp), ...], history)   # under the Session's lock
+
+A chunk's frames go through the adapter's preprocessing and vision encoder, are prefilled through
+the policy's attention (no recompute of the cache), the policy takes the guidance it asks for and
+compresses (after_chunk), and the ledger books the chunk's units and forgets what was evicted. A
+fault while encoding or prefilling drops the chunk (the cache is truncated back to its mark); a
+fault while compressing keeps it (every token is in place; the next chunk compresses again). The
+counters say how ingest is doing (the memory diagnostic reads them). No locks here: the Session
+holds its lock around ``run``.
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import torch
+
+from . import failpoints
+from .adapters import ModelAdapter, VisionInputs
+from .cache import CachePolicy, ChunkContext, ChunkOutcome, NewTokens
+from .cache.positions import PositionRangeError
+from .config import SessionConfig
+from .errors import ChunkError, describe_failure, is_out_of_memory, release_device_memory
+from .guidance import GuidanceProvider
+from .ledger import UnitLedger
+from .status import ChunkReport, Exchange
+
+
+class ChunkPipeline:
+    def __init__(self, adapter: ModelAdapter, policy: CachePolicy, ledger: UnitLedger, config: SessionConfig):
+        self.adapter, self.policy, self.ledger, self.config = adapter, policy, ledger, config
+        self.guidance = GuidanceProvider(adapter)  # computes what a policy's guidance_request asks for
+        self.attempts = 0  # every chunk started, failed or not (failpoint plans count these)
+        self.clear()
+
+    def clear(self) -> None:
+        self.encoded = self.failed = self.failed_in_a_row = 0
+        self.last_error = ""
+        self.stopped = ""  # why chunks are not taken in (the position range is full), "" while they are
+        self.last: ChunkReport | None = None
+
+    def run(self, camera: str, batch: list[tuple[np.ndarray, float]], history: list[Exchange]) -> ChunkReport:
+        """Encode, prefill and compress one chunk of ``camera``'s (frame, stamp) pairs; ``history``:
+        the past exchanges a policy's guidance may read. Raises ChunkError (``kept`` says whether
+        the frames stayed in memory)."""
+        self.attempts += 1
+        source = f"chunk of {len(batch)} frame(s) from '{camera or 'default'}'"
+        started = time.perf_counter()
+        inputs, times = self._take_in(batch, source, self.ledger.clock(camera))
+        chunk_id = self.ledger.next_chunk
+        unit_frames = {self.ledger.next_unit + i: tuple(f) for i, f in enumerate(inputs.unit_frames)}
+        compress_error = None
+        try:
+            failpoints.hit("compress", chunk=self.attempts)
+            outcome = self.policy.after_chunk(ChunkContext(chunk_id, guidance=self._guidance(history),
+                                                           unit_frames=unit_frames))
+        except Exception as err:  # noqa: BLE001 - raised below, once the chunk is booked
+            compress_error, outcome = err, ChunkOutcome()
+            release_device_memory(err)
+        times.append(time.perf_counter())
+        self.ledger.book_chunk(camera, [tuple(batch[i][1] for i in f) for f in inputs.unit_frames],
+                               inputs.tokens_per_unit)
+        self.encoded += 1
+        # the units that left the cache: the outcome lists them; after a failed compression the
+        # cache says what it still holds
+        if compress_error is None:
+            self.ledger.forget(evicted=outcome.evicted_units)
+        else:
+            self.ledger.forget(held=self.policy.stats().units)
+        encode_ms, prefill_ms, compress_ms = (np.diff([started] + times) * 1e3).tolist()
+        self.last = ChunkReport(chunk_id, camera, len(batch), inputs.num_units, inputs.num_units * inputs.tokens_per_unit,
+                                encode_ms, prefill_ms, compress_ms, outcome,
+                                describe_failure(compress_error) if compress_error else "")
+        if compress_error is not None:
+            message = (f"{source}: compressing failed ({describe_failure(compress_error)}); its frames are kept, "
+                       "over budget until the next chunk is compressed")
+            self._failed(message)
+            raise ChunkError(message, kept=True, out_of_memory=is_out_of_memory(compress_error)) from compress_error
+        self.failed_in_a_row = 0
+        self.stopped = ""
+        return self.last
+
+    def _take_in(self, batch: list[tuple[np.ndarray, float]], source: str,
+                 clock: int) -> tuple[VisionInputs, list[float]]:
+        """The chunk's frames encoded and prefilled into the cache on its camera's position ``clock``
+        (numbered as if the camera were alone, seeing only its own tokens: cache/clocks.py); returns
+        the encoder inputs and the times the two steps ended. On any fault the cache is truncated
+        back and ChunkError raised."""
+        adapter, policy = self.adapter, self.policy
+        mark = policy.mark()
+        try:
+            inputs = adapter.preprocess([frame for frame, _ in batch])
+            rel = adapter.chunk_rel_positions(inputs)
+            # before the encoder runs: a chunk the position range cannot take costs no more
+            policy.ensure_room(int(rel.max().item()) + 1 + self._question_room(), clock)
+            mark = policy.mark()  # ensure_room may re-index; it never changes lengths
+            failpoints.hit("encode", chunk=self.attempts)
+            embeds = adapter.encode(inputs)
+            encoded = time.perf_counter()
+            first = self.ledger.next_unit
+            unit_ids = torch.arange(first, first + inputs.num_units)
+            chunk = NewTokens(rel, unit_ids.repeat_interleave(inputs.tokens_per_unit),
+                              torch.full((rel.shape[1],), self.ledger.next_chunk, dtype=torch.long), clock)
+            self._prefill(embeds, chunk, inputs.tokens_per_unit)
+            return inputs, [encoded, time.perf_counter()]
+        except PositionRangeError as err:
+            policy.truncate(mark)
+            raise self._range_full(source, err) from err
+        except Exception as err:
+            policy.truncate(mark)
+            message = f"{source} dropped: {describe_failure(err)}"
+            self._failed(message)
+            release_device_memory(err)
+            raise ChunkError(message, out_of_memory=is_out_of_memory(err)) from err
+
+    def _question_room(self) -> int:
+        """Positions a chunk must leave free in the model's range. A policy that can free none
+        (nothing bounds what it keeps: ``full``) keeps room for the largest question, so questions
+        are still answered once the range is full; a bounded one re-indexes for a question instead
+        (the factory checked that its budget, a chunk and a question fit, docs/architecture.md)."""
+        if self.policy.bounding_setting:
+            return 0
+        return self.config.largest_question(self.policy.geometry.max_position_embeddings)
+
+    def _range_full(self, source: str, err: PositionRangeError) -> ChunkError:
+        """A chunk the position range cannot take: refused, memory unchanged; the status says so
+        (an ERROR memory diagnostic) until a chunk is taken in again."""
+        policy = self.policy
+        advice = (f"policy '{policy.name}' keeps every token, so no more frames fit: use a bounded policy (fifo, "
+                  "uniform or hermes with budget_tokens, or h2svc) to keep streaming"
+                  if not policy.bounding_setting else f"lower {policy.bounding_setting}")
+        held = self.ledger.counts(policy.unit_tokens(), policy.stats().kv_tokens).frames
+        message = (f"{source} not taken in: the memory has reached the model's position range "
+                   f"(max_position_embeddings {err.limit}); questions are answered from the "
+                   f"{held} frame(s) held; {advice}")
+        self._failed(message)
+        self.stopped = message
+        return ChunkError(message, position_range=True)
+
+    def _prefill(self, embeds: torch.Tensor, chunk: NewTokens, tokens_per_unit: int) -> None:
+        """The chunk's tokens through the decoder over the cache in blocks of at most
+        ``prefill_block_tokens``, after_prefill after the chunk, or after each unit for a policy
+        that evicts between units (engine/prefill.py)."""
+        from .prefill import prefill_chunk  # noqa: PLC0415
+
+        hook = failpoints.layer_hook("prefill", chunk=self.attempts, layers=self.policy.geometry.num_layers)
+        prefill_chunk(self.adapter, self.policy, embeds, chunk, tokens_per_unit, self.config.prefill_block_tokens, hook)
+
+    def _guidance(self, history: list[Exchange]):
+        """The guidance q/k the policy asks for before compressing (None: it asks for none)."""
+        if not self.policy.needs_guidance:
+            return None
+        request = self.policy.guidance_request(list(history))
+        return self.guidance.compute(request, self.policy) if request is not None else None
+
+    def _failed(self, message: str) -> None:
+        self.failed += 1
+        self.failed_in_a_row += 1
+        self.last_error = message

@@ -1,0 +1,95 @@
+"""The node's questions about time: the `when` service and the standing questions (watch_questions)
+that publish a WatchEvent per chunk (docs/interfaces.md "When", "Standing questions").
+
+Both are translation: the search and the windows are the engine's (engine/when.py, Session.when /
+Session.watch). A `when` request the engine refuses (an empty memory, an unknown camera or mode, a
+window with no frame) is answered with the engine's reason, the memory unchanged. Standing questions
+run on the ingest thread right after each chunk, so their cost is part of what a chunk takes (the
+latency diagnostic shows it); a failure there is logged, never the end of ingest.
+"""
+from __future__ import annotations
+
+import threading
+import time
+import traceback
+
+from rclpy.qos import QoSDurabilityPolicy, QoSHistoryPolicy, QoSProfile, QoSReliabilityPolicy
+
+from ..engine.errors import ConfigError, StreamCacheError
+from ..engine.status import ChunkReport
+from . import params, translate
+
+# one event per standing question per chunk: a deep history keeps a slow reliable subscriber whole
+EVENT_QOS = QoSProfile(history=QoSHistoryPolicy.KEEP_LAST, depth=200, reliability=QoSReliabilityPolicy.RELIABLE,
+                       durability=QoSDurabilityPolicy.VOLATILE)
+
+
+class TimeQuestions:
+    """Mixed into the node (node.py), which owns ``session``, ``values``, ``_active``, ``_camera_key``."""
+
+    def _init_time_questions(self) -> None:
+        self._watch_lock = threading.Lock()
+        self._watch_questions: list[str] = []
+        self._last_answers: dict[tuple[str, str], str] = {}  # (question, camera) -> previous answer
+        self.last_watch_ms = 0.0  # the standing questions' time on the last chunk (latency diagnostic)
+        self.watch_pub = None
+
+    def set_watch_questions(self, questions) -> None:
+        """The standing questions from now on (configure, and a runtime ``watch_questions`` change);
+        a question no longer asked forgets its previous answers."""
+        questions = params.check_watch_questions(list(questions))
+        with self._watch_lock:
+            self._watch_questions = questions
+            self._last_answers = {k: v for k, v in self._last_answers.items() if k[0] in questions}
+
+    def _on_when(self, request, response):
+        session = self.session
+        if not self._active or session is None:
+            response.success = False
+            response.error_message = f"{self.get_name()} is not active: configure and activate it first"
+            return response
+        try:
+            found = session.when(request.question, request.mode or "last", camera=self._camera_key(request.camera),
+                                 since=translate.window_bound(request.since),
+                                 until=translate.window_bound(request.until))
+        except StreamCacheError as err:  # refused, or failed with the memory unchanged
+            response.success, response.error_message = False, str(err)
+            return response
+        except Exception as err:  # noqa: BLE001 - a request never takes the node down
+            self.get_logger().error(f"when failed: {type(err).__name__}: {err}\n{traceback.format_exc()}")
+            response.success, response.error_message = False, f"internal error: {type(err).__name__}: {err}"
+            return response
+        finally:
+            self._refresh_status()
+        return translate.fill_when(response, found)
+
+    def _watch_chunk(self, report: ChunkReport) -> None:
+        """The standing questions over the chunk just encoded; one WatchEvent per answer."""
+        with self._watch_lock:
+            questions = list(self._watch_questions)
+        session = self.session
+        if not questions or session is None or self.watch_pub is None:
+            self.last_watch_ms = 0.0
+            return
+        started = time.perf_counter()
+        try:
+            answers = session.watch(questions, report)
+        except StreamCacheError as err:
+            self.get_logger().warning(f"standing questions on the chunk from {report.camera}: {err}")
+            answers = []
+        self.last_watch_ms = (time.perf_counter() - started) * 1e3
+        with self._watch_lock:
+            for answer in answers:
+                key = (answer.question, answer.camera)
+                previous = self._last_answers.get(key)
+                self._last_answers[key] = answer.answer
+                self._publish(self.watch_pub, translate.watch_event(answer, previous is not None and
+                                                                     previous != answer.answer))
+
+    def _watch_questions_changed(self, value) -> str:
+        """Why a runtime ``watch_questions`` value cannot be taken ('' = it can)."""
+        try:
+            params.check_watch_questions(list(value))
+        except (ConfigError, TypeError) as err:
+            return str(err)
+        return ""

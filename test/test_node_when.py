@@ -1,0 +1,150 @@
+"""When and standing questions through streamcache_node over DDS (docs/interfaces.md "When",
+"Standing questions"): shape-world bags replayed in lock step; the when service, its refusals and
+the CLI; watch_questions answered on every chunk, published as WatchEvents with `changed` right,
+and changed at runtime.
+
+The tiny model has random weights: what is asserted is what the mechanism guarantees whatever the
+weights (stamps among the frames in memory, the timeline over every frame, one event per standing
+question per chunk, refusals with the memory unchanged). Timeouts only guard against hangs.
+"""
+import json
+import subprocess
+import sys
+
+import pytest
+
+from node_procs import (HANG_GUARD_S, ROOT, RELIABLE, Proc, child_env, python_module, replay_lock_step, stamp_ns,
+                        tiny_node)
+from streamcache_ros import world
+from streamcache_ros.tools import bagfile
+
+NS = "/sc_watch"
+NODE = f"{NS}/streamcache_node"
+CAM = "/watch/cam"
+START = bagfile.DEFAULT_START_NS
+S = 1_000_000_000
+LOOK = world.Look(160, 120, (40, 50, 60), 0, 0, False, "rgb8")
+RED, BLUE = "Did you see a red circle?", "Did you see a blue square?"
+
+
+@pytest.fixture(scope="module")
+def bags(tmp_path_factory):
+    """Two bags on one camera, the second 100 s after the first (16 frames each: 4 chunks of 4)."""
+    folder = tmp_path_factory.mktemp("watch")
+    return [bagfile.make_world_bag(folder / f"bag{i}", 3 + i, 16, look=LOOK, topic=CAM, start_ns=START + i * 100 * S)
+            for i in range(2)]
+
+
+@pytest.fixture(scope="module")
+def node(domain):
+    command = tiny_node(NS, [CAM], policy="full", **{"watch_questions": f"['{RED}', '{BLUE}']"})
+    with Proc(command, child_env(domain)) as proc:
+        yield proc
+
+
+@pytest.fixture(scope="module")
+def events(probe):
+    from streamcache_ros_interfaces.msg import WatchEvent  # noqa: PLC0415
+
+    return probe.collect(WatchEvent, f"{NS}/watch_events", RELIABLE)
+
+
+def test_when_refuses_an_empty_memory(client, events):
+    reply = client.when(RED, "last")
+    assert not reply.success and "no frames in memory yet" in reply.error_message
+
+
+def test_standing_questions_answer_every_chunk(client, probe, events, bags, domain):
+    replay_lock_step(domain, bags[0], NS, "--fast")
+    probe.wait_for(lambda: len(events) >= 8, what="8 watch events")
+    assert [e.question for e in events] == [RED, BLUE] * 4
+    # the window of each chunk: its last frame's stamp, chunks of 4 frames at 1 fps
+    assert [stamp_ns(e.header.stamp) for e in events[::2]] == [START + (4 * k + 3) * S for k in range(4)]
+    for question in (RED, BLUE):
+        mine = [e for e in events if e.question == question]
+        assert all(e.camera == CAM and e.answer == ("yes" if e.yes_probability >= 0.5 else "no") for e in mine)
+        assert not mine[0].changed  # nothing before the first window
+        assert [e.changed for e in mine[1:]] == [a.answer != b.answer for a, b in zip(mine, mine[1:])]
+
+
+def test_when_searches_the_memory(client):
+    memory = [stamp_ns(f.stamp) for f in client.memory_timeline().frames]
+    for mode in ("last", "first"):
+        reply = client.when(RED, mode)
+        assert reply.success, reply.error_message
+        assert reply.questions_asked > 0 and reply.frames_searched == len(memory) == 16
+        if reply.found:
+            assert stamp_ns(reply.stamp) in memory and reply.camera == CAM and reply.yes_probability >= 0.5
+    timeline = client.when(BLUE, "timeline")
+    assert [stamp_ns(t) for t in timeline.timeline_stamps] == memory
+    assert all(0.0 <= p <= 1.0 for p in timeline.timeline_yes_probability)
+    windowed = client.when(BLUE, "timeline", since=(START + 4 * S) / S, until=(START + 7 * S) / S)
+    assert [stamp_ns(t) for t in windowed.timeline_stamps] == [START + k * S for k in range(4, 8)]
+
+
+@pytest.mark.parametrize("request_fields, reason", [
+    ({"mode": "sometimes"}, "unknown mode 'sometimes'"),
+    ({"camera": "/other/cam"}, "unknown camera '/other/cam'"),
+    ({"since": (START + 500 * S) / S}, "no frames"),
+    ({"question": "   "}, "the question is empty"),
+])
+def test_when_refusals_say_why_and_leave_the_memory(client, request_fields, reason):
+    before = client.memory_status()
+    fields = {"question": RED, "mode": "last", **request_fields}
+    reply = client.when(fields.pop("question"), fields.pop("mode"), **fields)
+    assert not reply.success and reason in reply.error_message
+    after = client.memory_status()
+    assert (after.frames_in_memory, after.kv_tokens) == (before.frames_in_memory, before.kv_tokens)
+
+
+def test_the_cli_asks_when(domain, client):
+    def cli(*args):
+        return subprocess.run(python_module("streamcache_ros.client.ask_cli", "--namespace", NS, *args),
+                              env=child_env(domain), cwd=ROOT, capture_output=True, text=True, timeout=HANG_GUARD_S)
+
+    done = cli("--when", "timeline", "--json", BLUE)
+    assert done.returncode == 0, done.stderr
+    data = json.loads(done.stdout)
+    assert data["success"] and len(data["timeline"]) == 16 and data["frames_searched"] == 16
+    last = cli("--when", "last", RED)
+    assert last.returncode == 0, last.stderr
+    assert "windows" in last.stdout or "not found" in last.stdout
+    refused = cli("--when", "last", "--camera", "/nope", RED)
+    assert refused.returncode == 1 and "unknown camera" in refused.stderr
+
+
+def test_watch_questions_change_at_runtime(client, probe, events, bags, domain):
+    assert not probe.set_parameter(NODE, "watch_questions", [RED, " "]).successful  # an empty question
+    assert probe.set_parameter(NODE, "watch_questions", [BLUE]).successful
+    seen = len(events)
+    replay_lock_step(domain, bags[1], NS, "--fast")
+    probe.wait_for(lambda: len(events) >= seen + 4, what="4 more watch events")
+    new = events[seen:]
+    assert [e.question for e in new] == [BLUE] * 4  # from the next chunk on, only the question set
+    assert [stamp_ns(e.header.stamp) for e in new] == [START + 100 * S + (4 * k + 3) * S for k in range(4)]
+    assert probe.set_parameter(NODE, "watch_questions", []).successful
+    status = client.memory_status()
+    assert status.process_rss_bytes > 0  # the node's own memory is reported beside the cache's
+
+
+def test_the_behaviour_tree_waits_for_an_event(domain, probe, events, tmp_path):
+    """examples/bt_wait_for_event.py: makes its question a standing one, waits for a yes, then asks
+    when it first held; ends with the question taken out again. Whether the tiny model ever says yes
+    is up to its weights: the expected outcome is read from the events the probe saw."""
+    bag = bagfile.make_world_bag(tmp_path / "bag", 5, 16, look=LOOK, topic=CAM, start_ns=START + 300 * S)
+    command = [sys.executable, str(ROOT / "examples" / "bt_wait_for_event.py"), "--namespace", NS,
+               "--question", RED, "--timeout", "40", "--domain-id", str(domain)]
+    seen = len(events)
+    with Proc(command, child_env(domain)) as tree:
+        tree.wait_for_output("[watch] standing question")
+        assert probe.get_parameter(NODE, "watch_questions") == [RED]
+        replay_lock_step(domain, bag, NS, "--fast")
+        code = tree.wait()
+        output = tree.output()
+    mine = [e for e in events[seen:] if e.question == RED]
+    assert mine and all(e.question == RED for e in events[seen:])
+    if any(e.answer == "yes" for e in mine):
+        assert code == 0 and "outcome: appeared" in output and "[act]" in output, output
+    else:
+        assert code == 3 and "outcome: timed out" in output, output
+    assert probe.get_parameter(NODE, "watch_questions") == []

@@ -1,0 +1,126 @@
+"""The when search: plain logic against an oracle that knows the truth, then through a Session
+(refusals, the cache left as it was, windows asked as rows, standing questions)."""
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from streamcache_ros.engine import QuestionError, Session, SessionConfig, make_policy
+from streamcache_ros.engine.ledger import UnitInfo, Window
+from streamcache_ros.engine.when import MODES, Found, SearchSettings, answer, search
+
+from conftest import states_equal
+
+
+def oracle_of(present: list[bool]):
+    """P(yes) of a window: 0.9 when some unit in it holds the thing, else 0.1."""
+    return lambda windows: [0.9 if any(present[i] for i in w) else 0.1 for w in windows]
+
+
+@pytest.mark.parametrize("present", [
+    [False] * 10 + [True] * 3 + [False] * 50,      # once, early
+    [True] * 5 + [False] * 90 + [True] * 2,        # twice, the last at the very end
+    [False] * 40 + [True],                          # only the newest unit
+    [True] + [False] * 200,                         # only the oldest
+    [True],                                         # one unit in memory
+])
+@pytest.mark.parametrize("rows", [1, 3, 16])
+def test_last_and_first_find_the_boundaries(present, rows):
+    settings = SearchSettings(rows_per_pass=rows)
+    last = search("last", len(present), oracle_of(present), settings)
+    first = search("first", len(present), oracle_of(present), settings)
+    assert last.index == max(i for i, p in enumerate(present) if p)
+    assert first.index == min(i for i, p in enumerate(present) if p)
+    assert last.yes_probability == first.yes_probability == 0.9
+    # a k-ary search: about log_(k+1) of the units in passes of k windows
+    passes = math.ceil(math.log(len(present) + 1, rows + 1))
+    assert last.windows_asked <= passes * rows + 1
+
+
+def test_nothing_found_asks_one_pass():
+    found = search("last", 100, oracle_of([False] * 100), SearchSettings(rows_per_pass=8))
+    assert (found.index, found.windows_asked) == (-1, 9)  # 8 spread over the units, and the widest
+
+
+def test_the_timeline_refines_only_where_a_yes_may_be():
+    present = [False] * 100
+    present[37] = present[38] = True
+    found = search("timeline", 100, oracle_of(present), SearchSettings(coarse_windows=10, refine_above=0.5))
+    assert [i for i, p in enumerate(found.timeline) if p >= 0.5] == [37, 38]
+    assert found.index == 38 and found.windows_asked == 10 + 10  # 10 coarse windows, one refined
+    every = search("timeline", 8, oracle_of(present[30:38]))  # fewer units than coarse windows: unit by unit
+    assert every.windows_asked == 8 and every.timeline == [0.1] * 7 + [0.9]
+
+
+def test_unknown_mode_and_empty_memory_are_refused():
+    with pytest.raises(ValueError, match="unknown mode 'latest'"):
+        search("latest", 3, oracle_of([True] * 3))
+    with pytest.raises(ValueError, match="no units"):
+        search("last", 0, oracle_of([]))
+    assert set(MODES) == {"last", "first", "timeline"}
+
+
+def test_answer_in_stamps_keeps_to_the_window():
+    units = [UnitInfo((0.0, 1.0), "/a", 0), UnitInfo((2.0, 3.0), "/a", 0), UnitInfo((4.0, 5.0), "/b", 1)]
+    last = answer(Found(1, 0.8, [0.1, 0.8, 0.2], 5), "last", units, Window(1.0, 4.0), 12.0)
+    assert (last.found, last.stamp, last.camera, last.questions_asked) == (True, 3.0, "/a", 5)
+    assert last.timeline_stamps == [1.0, 2.0, 3.0, 4.0] and last.timeline_yes_probability == [0.1, 0.8, 0.8, 0.2]
+    assert last.frames_searched == 4
+    first = answer(Found(1, 0.8), "first", units, Window(), 1.0)
+    assert first.stamp == 2.0 and first.timeline_stamps == []
+    assert not answer(Found(), "last", units, Window(), 1.0).found
+
+
+# -- through a Session ----------------------------------------------------------------------------
+@pytest.fixture
+def session(qwen_adapter, frames):
+    s = Session(qwen_adapter, make_policy("fifo", budget_tokens=60), SessionConfig(chunk_frames=4, rows_per_pass=5))
+    for i, frame in enumerate(frames(24)):
+        s.add_frame(frame, stamp=100.0 + i, camera="/front")
+    return s
+
+
+def test_when_through_the_session_leaves_the_memory_as_it_was(session):
+    before = session.policy.state_dict()
+    for mode in MODES:
+        result = session.when("Did you see a red circle?", mode)
+        assert states_equal(session.policy.state_dict(), before)
+        assert result.questions_asked > 0 and result.frames_searched == session.status().frames_in_memory
+        if mode == "timeline":
+            assert result.timeline_stamps == sorted(s for u in session.ledger.units.values() for s in u.stamps)
+            assert all(0.0 <= p <= 1.0 for p in result.timeline_yes_probability)
+        if result.found:
+            assert result.stamp in result.timeline_stamps or mode != "timeline"
+            assert result.camera == "/front"
+    assert min(session.ledger.stamps(list(session.ledger.units))) < 119.0  # fifo keeps the newest frames
+    windowed = session.when("Did you see a red circle?", "timeline", since=119.0, until=122.0)
+    assert windowed.timeline_stamps == [119.0, 120.0, 121.0, 122.0]
+
+
+def test_when_refusals_say_what_is_wrong(session, qwen_adapter):
+    with pytest.raises(QuestionError, match="unknown mode 'sometimes'"):
+        session.when("Did you see a red circle?", "sometimes")
+    with pytest.raises(QuestionError, match="unknown camera '/rear'"):
+        session.when("Did you see a red circle?", "last", camera="/rear")
+    with pytest.raises(QuestionError, match="no frames in memory between 500.000 and now"):
+        session.when("Did you see a red circle?", "last", since=500.0)
+    with pytest.raises(QuestionError, match="the question is empty"):
+        session.when("  ", "last")
+    empty = Session(qwen_adapter, make_policy("full"), SessionConfig(chunk_frames=4))
+    with pytest.raises(QuestionError, match="no frames in memory yet"):
+        empty.when("Did you see a red circle?")
+
+
+def test_a_standing_question_is_asked_over_the_chunk_just_encoded(session, frames):
+    before = session.policy.state_dict()
+    report = session.chunks.last
+    answers = session.watch(["Did you see a red circle?", "Did you see a blue square?"], report)
+    assert [a.question for a in answers] == ["Did you see a red circle?", "Did you see a blue square?"]
+    assert all(a.camera == "/front" and a.stamp == 123.0 and a.answer in ("yes", "no") for a in answers)
+    assert states_equal(session.policy.state_dict(), before)
+    # the same as asking over that chunk's window with options yes / no, one question alone
+    for a in answers:
+        alone = session.ask(a.question, ["yes", "no"], since=120.0, until=123.0)
+        assert alone.option_probabilities[0] == pytest.approx(a.yes_probability, abs=1e-5)
+    assert session.watch([], report) == []
