@@ -117,16 +117,20 @@ class RandomGuidance(GuidanceProvider):
             device, self.compute_dtype)
         self.lengths = {text: GUIDANCE_TOKENS[kind] for kind, text in guidance_prompts([]).items()}
         self.gen = gen
+        self._embedded = {}  # the session's reuse of a prompt's q/k from chunk to chunk (GuidanceProvider)
 
     def token_ids(self, text: str) -> list[int]:
         count = self.lengths.get(text) or max(1, round(1.3 * len(text.split())))  # ~1.3 BPE tokens a word
         return list(range(count))
 
-    def embedding_qk(self, ids: list[int]) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    def _weights(self, layer: int) -> tuple:
+        return ()
+
+    def embedding_qk(self, ids: list[int], layers: list[int] | None = None) -> list[tuple[torch.Tensor, torch.Tensor]]:
         s = self.shape
         embeds = torch.randn(1, len(ids), s.hidden, generator=self.gen).to(self.device, self.compute_dtype)
         out = []
-        for _ in range(s.layers):
+        for _ in range(s.layers) if layers is None else layers:
             normed = embeds * torch.rsqrt(embeds.pow(2).mean(-1, keepdim=True) + 1e-6)  # RMSNorm
             qk = (normed @ self.weight).to(self.dtype).view(1, len(ids), -1, s.head_dim).transpose(1, 2)
             out.append((qk[:, :s.q_heads], qk[:, s.q_heads:]))

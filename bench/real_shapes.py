@@ -25,15 +25,23 @@ before each length, and stores the chunks before them with the policies' own ``a
 keys and values of the real shapes (bench/cache_cost.py's method): the same tokens, positions,
 evictions and re-indexes, without the decoder's cost.
 
-At each length, from the decoder-prefilled chunks: encode (the replay: ~0), prefill and compress ms,
-compress as % of prefill; extra memory during the chunk (peak minus steady: the process's RSS on a
-CPU, with glibc told to return freed blocks at once; torch's allocator on a GPU) against the chunk's
-KV bytes + 20% of the cache; then the same question twice: TTFT and decode tokens/s (medians); the
-highest position used against the range. ``full`` runs while it fits in memory and in the position
-range (LLaVA-OV's 32 768 positions hold 160 frames); beyond, its bytes come from the formula,
-labelled computed.
+At each length, from the decoder-prefilled chunks: encode (the replay: ~0), prefill and compress ms
+(and the CPU time of each: with ``--threads 1`` the work itself, whatever else the machine runs),
+compress as % of prefill; extra memory (peak minus the level at its start: the process's RSS on a
+CPU, the kernel's high-water mark reset at each start, with glibc told to return freed blocks at
+once; torch's allocator on a GPU) of each phase of the chunk: the encode (here the chunk's
+embeddings), the prefill (from the embeddings to the last block), the compression (guidance
+included), and of the whole chunk from before the encode, against the chunk's KV bytes + 20% of
+the cache; then the same question twice: TTFT and decode tokens/s (medians); the highest position
+used against the range. ``full`` runs while it fits in memory and in the position range (LLaVA-OV's
+32 768 positions hold 160 frames); beyond, its bytes come from the formula, labelled computed.
+
+Prefill blocks (engine/prefill.py): ``--block-tokens`` runs every policy once per block size, each
+its own session in the same lock step, and compares each size's prefill with one forward (0) of the
+same policy at the same length when 0 is among them.
 
     python bench/real_shapes.py [--families qwen2_5_vl-3b llava_onevision-0.5b] [--lengths 64 256 512]
+    python bench/real_shapes.py --block-tokens 0 64 128 256 512     # the block-size sweep
     python bench/real_shapes.py --quick     # toy widths and lengths: the smoke test
 """
 from __future__ import annotations
@@ -41,6 +49,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import functools
 import gc
 import os
 import pathlib
@@ -73,7 +82,8 @@ FIGURES = common.ROOT / "bench" / "figures"
 FRAME = (480, 640)
 QUESTION = "What happened in the video? Describe the objects, their colours and how they moved."
 POLICIES = ["full", "fifo", "uniform", "hermes", "h2svc"]
-TARGETS = {"compress_pct": 5.0, "ttft_growth": 1.1, "decode_speedup": 1.5, "extra_cache_share": 0.2}
+TARGETS = {"compress_pct": 5.0, "ttft_growth": 1.1, "decode_speedup": 1.5, "extra_cache_share": 0.2,
+           "block_prefill": 1.15}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -177,8 +187,9 @@ class Replay(VisionEncoder):
     def __call__(self, tensors):
         base = self.chunks[self.calls % len(self.chunks)]
         self.calls += 1
+        # in place: the chunk's embeddings and nothing more (the chunk's memory is measured)
         noise = torch.randn(base.shape, generator=self.gen).to(base.device, base.dtype)
-        return base + 0.05 * base.float().std().to(base.dtype) * noise
+        return noise.mul_(0.05 * base.float().std().to(base.dtype)).add_(base)
 
 
 @contextlib.contextmanager
@@ -233,34 +244,57 @@ class Memory:
         return 0
 
 
-def watch_compression(policy, memory: Memory, record: dict) -> None:
-    """Wrap ``after_chunk`` to split a chunk's peak into its prefill and its compression."""
-    after_chunk = policy.after_chunk
+def watch_phases(adapter, policy, memory: Memory, record: dict) -> None:
+    """Split a chunk into its phases, each with its own peak and CPU time: encode (the replay: the
+    chunk's embeddings), prefill (every block through the decoder), compression (the guidance the
+    policy asks for, then ``after_chunk``), by wrapping the calls that start each phase."""
+    encode, after_chunk, guidance_request = adapter.encode, policy.after_chunk, policy.guidance_request
+    forward = adapter.forward
 
-    def wrapped(context):
-        record["prefill_peak"] = memory.peak()
-        record["compress_start"] = memory.start()
-        out = after_chunk(context)
-        record["compress_peak"] = memory.peak()
+    def counted(*args, **kwargs):  # the decoder's forwards during a prefill (its blocks)
+        if "prefill_start" in record and "prefill_peak" not in record:
+            record["prefill_forwards"] = record.get("prefill_forwards", 0) + 1
+        return forward(*args, **kwargs)
+
+    def encoded(inputs):
+        out = encode(inputs)
+        record["encode_peak"] = memory.peak()
+        record["prefill_start"], record["prefill_cpu"] = memory.start(), time.process_time()
         return out
 
-    policy.after_chunk = wrapped
+    def prefill_done():
+        if "prefill_peak" not in record:  # the first of guidance_request and after_chunk
+            record["prefill_peak"], record["prefill_cpu"] = memory.peak(), time.process_time() - record["prefill_cpu"]
+            record["compress_start"], record["compress_cpu"] = memory.start(), time.process_time()
+
+    def asked(history):
+        prefill_done()
+        return guidance_request(history)
+
+    def compressed(context):
+        prefill_done()
+        out = after_chunk(context)
+        record["compress_peak"], record["compress_cpu"] = memory.peak(), time.process_time() - record["compress_cpu"]
+        return out
+
+    adapter.encode, adapter.forward, policy.after_chunk, policy.guidance_request = encoded, counted, compressed, asked
 
 
 # -- one policy's stream ---------------------------------------------------------------------------
-def policy_stream(make_adapter, label: str, policy, encoded, chunks, lengths, stop_at: int, args, device):
-    """Feed a session chunk by chunk; yields a record per chunk (with the answers at each length)."""
+def policy_stream(make_adapter, label: str, block: int, policy, encoded, chunks, lengths, stop_at: int, args, device):
+    """Feed a session (prefill blocks of ``block`` tokens, 0: one forward) chunk by chunk; yields a
+    record per chunk (with the answers at each length)."""
     adapter = make_adapter()
     adapter.preprocess = Memo(adapter.preprocess)
     adapter.vision_encoder = Replay(encoded, args.seed)
     session = Session(adapter, policy, SessionConfig(chunk_frames=args.chunk_frames, max_question_tokens=args.max_question,
-                                                     max_new_tokens=args.new_tokens))
+                                                     max_new_tokens=args.new_tokens, prefill_block_tokens=block))
     geometry = policy.geometry
     per_token = 2 * geometry.head_dim * torch.finfo(geometry.dtype).bits // 8  # K and V of one head
     tokens = RandomTokens(geometry, adapter.preprocess(chunks[0]).tokens_per_unit * len(chunks[0]), False, args.seed)
     memory = Memory(device)
     record: dict = {}
-    watch_compression(policy, memory, record)
+    watch_phases(adapter, policy, memory, record)
     measured = {length // args.chunk_frames - i for length in lengths for i in range(args.measure_chunks)}
     copies = store_copies(policy)
     for index in range(1, max(lengths) // args.chunk_frames + 1):
@@ -281,21 +315,26 @@ def policy_stream(make_adapter, label: str, policy, encoded, chunks, lengths, st
         except ChunkError as err:
             if not err.position_range:
                 raise
-            yield {"policy": label, "frames": frames, "stopped": str(err)}
+            yield {"policy": label, "block_tokens": block, "frames": frames, "stopped": str(err)}
             return
         wall_ms = (time.perf_counter() - started) * 1e3
         stats = policy.stats()
         chunk_kv = report.tokens * geometry.num_layers * geometry.num_kv_heads * per_token
-        out = {"policy": label, "frames": frames, "prefill": "model" if model else "synthetic", "wall_ms": wall_ms,
+        out = {"policy": label, "block_tokens": block, "frames": frames, "prefill": "model" if model else "synthetic",
+               "wall_ms": wall_ms,
                "encode_ms": report.encode_ms, "prefill_ms": report.prefill_ms, "compress_ms": report.compress_ms,
                "kv_bytes": stats.kv_bytes, "kv_bytes_before": held_before, "chunk_kv_bytes": chunk_kv,
                "kv_tokens": stats.kv_tokens, "max_position": stats.max_position,
                "reindexed": report.outcome.reindexed, "store_copies": store_copies(policy) - copies}
         copies = store_copies(policy)
-        if "prefill_peak" in record:
-            out["extra_prefill_bytes"] = record["prefill_peak"] - steady
+        if "compress_peak" in record:
+            # the phases' own peaks (each from its start), and the whole chunk's from before the encode
+            out["extra_encode_bytes"] = record["encode_peak"] - steady
+            out["extra_prefill_bytes"] = record["prefill_peak"] - record["prefill_start"]
             out["extra_compress_bytes"] = record["compress_peak"] - record["compress_start"]
-            out["extra_bytes"] = max(record["prefill_peak"], record["compress_peak"]) - steady
+            out["extra_bytes"] = max(record["encode_peak"], record["prefill_peak"], record["compress_peak"]) - steady
+            out["prefill_cpu_ms"], out["compress_cpu_ms"] = 1e3 * record["prefill_cpu"], 1e3 * record["compress_cpu"]
+            out["prefill_forwards"] = record.get("prefill_forwards", 0)  # (0 where synthetic_prefill stood in)
         if frames in lengths:
             out["answers"] = [answer_record(session.ask(QUESTION, max_new_tokens=args.new_tokens))
                               for _ in range(args.asks)]
@@ -327,8 +366,10 @@ def lock_step(streams: dict) -> dict[str, list[dict]]:
                 continue
             records[name].append(record)
             if "answers" in record or "stopped" in record:
+                ttft = None if "stopped" in record else common.median(a["ttft_ms"] for a in record["answers"])
                 what = "stopped (position range)" if "stopped" in record else \
-                    f"ttft {common.median(a['ttft_ms'] for a in record['answers']):.0f} ms"
+                    f"prefill {record.get('prefill_ms', 0):.0f} ms, compress {record.get('compress_ms', 0):.0f} ms" + \
+                    (f", ttft {ttft:.0f} ms" if ttft is not None else "")
                 print(f"  {name}: {record['frames']} frames, {what}, {time.perf_counter() - started:.0f} s",
                       flush=True)
     return records
@@ -337,17 +378,24 @@ def lock_step(streams: dict) -> dict[str, list[dict]]:
 # -- one family ---------------------------------------------------------------------------------------
 def variants(make_adapter, args, budget: int) -> dict[str, object]:
     """Each policy at the defaults a robot would use (budget 6000 tokens; H2SVC 4/16/64), checked by
-    the factory against the model's position range."""
+    the factory against the model's position range: label -> a function making a new one."""
     adapter = make_adapter()
     out = {}
     for name in args.policies:
         params = {"chunk_frames": args.chunk_frames, "max_question_tokens": args.max_question,
                   "max_new_tokens": args.new_tokens, "budget_tokens": budget}
         if name == "h2svc":
-            out["h2svc"] = make_policy("h2svc", head_map=random_head_map(adapter))
+            out["h2svc"] = lambda: make_policy("h2svc", head_map=random_head_map(adapter))
             continue
-        out[name if name in ("full", "h2svc") else f"{name}-{budget}"] = build_policy(adapter, name, params)
+        out[name if name == "full" else f"{name}-{budget}"] = functools.partial(build_policy, adapter, name, params)
     return out
+
+
+def stream_name(label: str, block: int, blocks: list[int]) -> str:
+    """A policy's stream, named by its prefill block size when several are swept."""
+    if len(blocks) == 1:
+        return label
+    return f"{label} blocks of {block}" if block else f"{label} one forward"
 
 
 def random_head_map(adapter):
@@ -376,7 +424,9 @@ def full_limit(make_adapter, args, lengths: list[int], device) -> tuple[int, str
         frames += args.chunk_frames
     why = "position range" if frames < max(lengths) else ""
     per_frame = shape.chunk_tokens // args.chunk_frames * kv_bytes_per_token(geometry)
-    fits = int(args.memory_fraction * common.available_memory(device) // per_frame) // args.chunk_frames * args.chunk_frames
+    # one full cache per prefill block size swept: together they stay within the share
+    share = args.memory_fraction / len(args.block_tokens)
+    fits = int(share * common.available_memory(device) // per_frame) // args.chunk_frames * args.chunk_frames
     if fits < frames:
         frames, why = fits, "memory"
     return frames, why
@@ -401,13 +451,15 @@ def run_family(spec: Family, args, device, dtype) -> dict:
     tokens_per_frame = encode["tokens_per_chunk"] // args.chunk_frames
     print(f"# {spec.name}: {encode['tokens_per_chunk']} tokens a chunk of {args.chunk_frames} frames, encode "
           f"{encode['encode_ms']:.0f} ms a chunk; full to {limit} frames ({why or 'the whole stream'})", flush=True)
-    policies = variants(make_adapter, args, args.budget)
-    streams = {label: policy_stream(make_adapter, label, policy, encoded, chunks, lengths,
-                                    limit if label == "full" else max(lengths), args, device)
-               for label, policy in policies.items()}
+    policies = {(label, block): make() for label, make in variants(make_adapter, args, args.budget).items()
+                for block in args.block_tokens}
+    streams = {stream_name(label, block, args.block_tokens): policy_stream(
+        make_adapter, label, block, policy, encoded, chunks, lengths, limit if label == "full" else max(lengths), args,
+        device) for (label, block), policy in policies.items()}
     records = lock_step(streams)
     rows = summarize(spec, records, lengths, geometry, len(adapter.prefix_ids), tokens_per_frame, args, why)
-    h2svc_stores = sum(len(groups) for groups in policies["h2svc"].groups) if "h2svc" in policies else 0
+    h2svc = next((policy for (label, _), policy in policies.items() if label == "h2svc"), None)
+    h2svc_stores = sum(len(groups) for groups in h2svc.groups) if h2svc is not None else 0
     units_per_chunk = -(-args.chunk_frames // adapter.frames_per_unit)
     del streams, policies, adapter, make_adapter
     gc.collect()
@@ -439,12 +491,13 @@ def encode_once(adapter, chunks, device) -> tuple[list[torch.Tensor], dict]:
 def summarize(spec: Family, records: dict, lengths: list[int], geometry, prefix: int, tokens_per_frame: int,
               args, why: str = "") -> list[dict]:
     rows = []
-    for label, chunks in records.items():
+    for stream, chunks in records.items():
         stopped = next((r for r in chunks if "stopped" in r), None)
         for length in lengths:
             mine = [r for r in chunks if r["frames"] <= length and "stopped" not in r]
             at = next((r for r in mine if r["frames"] == length), None)
-            row = {"family": spec.name, "policy": label, "frames": length}
+            row = {"family": spec.name, "stream": stream, "policy": chunks[0]["policy"],
+                   "block_tokens": chunks[0]["block_tokens"], "frames": length}
             if at is None:  # past the full cache's range or memory: its bytes from the formula
                 row.update(source="computed", kv_bytes=(prefix + length * tokens_per_frame) * kv_bytes_per_token(
                     geometry), note="not run: " + ("position range" if stopped else why or "memory"))
@@ -461,14 +514,20 @@ def summarize(spec: Family, records: dict, lengths: list[int], geometry, prefix:
             cache = at["kv_bytes"]
             bound = at["chunk_kv_bytes"] + TARGETS["extra_cache_share"] * cache
             answers = at["answers"]
+            prefill_cpu = common.median(r["prefill_cpu_ms"] for r in window)
+            compress_cpu = common.median(r["compress_cpu_ms"] for r in window)
             row.update(source="measured", kv_bytes=cache, kv_tokens=at["kv_tokens"],
                        frames_in_memory=at["frames_in_memory"], encode_ms=common.median(r["encode_ms"] for r in window),
                        prefill_ms=prefill, compress_ms=compress, compress_pct=100 * compress / prefill,
+                       prefill_cpu_ms=prefill_cpu, compress_cpu_ms=compress_cpu,
+                       compress_cpu_pct=100 * compress_cpu / prefill_cpu,
                        extra_bytes=extra, extra_share=extra / cache, extra_bound_bytes=bound,
+                       extra_encode_bytes=max(r.get("extra_encode_bytes", 0) for r in window),
                        extra_prefill_bytes=max(r.get("extra_prefill_bytes", 0) for r in window),
                        extra_compress_bytes=max(r.get("extra_compress_bytes", 0) for r in window),
                        extra_compress_share=max(r.get("extra_compress_bytes", 0) for r in window) / cache,
                        extra_cache_alone_bytes=max(alone) if alone else None,
+                       prefill_forwards=max(r["prefill_forwards"] for r in window),
                        ttft_ms=common.median(a["ttft_ms"] for a in answers),
                        decode_tok_s=common.median(a["decode_tok_s"] for a in answers),
                        max_position=max(r["max_position"] for r in mine),
@@ -477,44 +536,60 @@ def summarize(spec: Family, records: dict, lengths: list[int], geometry, prefix:
                        store_copies_per_chunk=max((r["store_copies"] for r in window
                                                    if r["frames"] > args.chunk_frames), default=0))
             rows.append(row)
+    # a block size against one forward (block 0) of the same policy at the same length, when swept
+    whole = {(r["policy"], r["frames"]): r for r in rows if r["source"] == "measured" and r["block_tokens"] == 0}
+    for row in rows:
+        one = whole.get((row["policy"], row["frames"]))
+        if row["source"] == "measured" and one is not None:
+            row["prefill_vs_one_forward"] = row["prefill_ms"] / one["prefill_ms"]
+            row["prefill_cpu_vs_one_forward"] = row["prefill_cpu_ms"] / one["prefill_cpu_ms"]
     return rows
 
 
 def targets(result: dict) -> list[dict]:
-    """The five targets per family and policy: figure, bound, met."""
+    """The targets per family and stream (a policy at a prefill block size): figure, bound, met."""
     out = []
     for family, data in result.items():
         rows = data["rows"]
         measured = [r for r in rows if r["source"] == "measured"]
-        full = {r["frames"]: r for r in measured if r["policy"] == "full"}
-        longest = max(full) if full else None
-        for policy in dict.fromkeys(r["policy"] for r in rows):
-            mine = {r["frames"]: r for r in measured if r["policy"] == policy}
+        for stream in dict.fromkeys(r["stream"] for r in rows):
+            mine = {r["frames"]: r for r in measured if r["stream"] == stream}
             if not mine:
                 continue
+            policy, block = next(iter(mine.values()))["policy"], next(iter(mine.values()))["block_tokens"]
+            full = {r["frames"]: r for r in measured if r["policy"] == "full" and r["block_tokens"] == block}
+            longest = max(full) if full else None
             first, last = min(mine), max(mine)
             worst = max(mine.values(), key=lambda r: r["compress_pct"])
-            out.append(target(family, policy, "compress <= 5% of prefill", worst["compress_pct"], TARGETS["compress_pct"],
-                              f"{worst['compress_pct']:.2f}% at {worst['frames']} frames"))
-            over = max(mine.values(), key=lambda r: r["extra_bytes"] - r["extra_bound_bytes"])
-            out.append(target(family, policy, "extra memory <= chunk KV + 20% of cache", over["extra_bytes"],
-                              over["extra_bound_bytes"], f"{common.human_bytes(over['extra_bytes'])} vs "
-                              f"{common.human_bytes(over['extra_bound_bytes'])} at {over['frames']} frames"))
-            if policy == "full":
+            out.append(target(family, stream, "compress <= 5% of prefill", worst["compress_pct"], TARGETS["compress_pct"],
+                              f"{worst['compress_pct']:.2f}% at {worst['frames']} frames (CPU time "
+                              f"{worst['compress_cpu_pct']:.2f}%)"))
+            for key, name in (("extra_prefill_bytes", "prefill"), ("extra_bytes", "whole chunk")):
+                over = max(mine.values(), key=lambda r: r[key] - r["extra_bound_bytes"])
+                out.append(target(family, stream, f"extra memory ({name}) <= chunk KV + 20% of cache", over[key],
+                                  over["extra_bound_bytes"], f"{common.human_bytes(over[key])} vs "
+                                  f"{common.human_bytes(over['extra_bound_bytes'])} at {over['frames']} frames"))
+            if block and all("prefill_vs_one_forward" in r for r in mine.values()):
+                slowest = max(mine.values(), key=lambda r: r["prefill_vs_one_forward"])
+                out.append(target(family, stream, f"prefill in blocks <= {TARGETS['block_prefill']}x one forward",
+                                  slowest["prefill_vs_one_forward"], TARGETS["block_prefill"],
+                                  f"{slowest['prefill_vs_one_forward']:.2f}x at {slowest['frames']} frames (CPU time "
+                                  f"{slowest['prefill_cpu_vs_one_forward']:.2f}x)"))
+            if policy == "full" or mine[first]["ttft_ms"] is None:  # (no questions asked: --asks 0)
                 continue
             growth = mine[last]["ttft_ms"] / mine[first]["ttft_ms"]
-            out.append(target(family, policy, f"TTFT at {last} <= 1.1x at {first}", growth, TARGETS["ttft_growth"],
+            out.append(target(family, stream, f"TTFT at {last} <= 1.1x at {first}", growth, TARGETS["ttft_growth"],
                               f"{mine[last]['ttft_ms']:.0f} / {mine[first]['ttft_ms']:.0f} ms = {growth:.2f}x"))
             at = last if last in full else longest
             if at is not None and at in mine and full[at]["decode_tok_s"] and mine[at]["decode_tok_s"]:
                 speedup = mine[at]["decode_tok_s"] / full[at]["decode_tok_s"]
-                out.append(target(family, policy, "decode >= 1.5x full", TARGETS["decode_speedup"], speedup,
+                out.append(target(family, stream, "decode >= 1.5x full", TARGETS["decode_speedup"], speedup,
                                   f"{mine[at]['decode_tok_s']:.2f} / {full[at]['decode_tok_s']:.2f} tok/s = "
                                   f"{speedup:.2f}x at {at} frames"))
             if policy.startswith("h2svc"):  # at most one copy a store a chunk (its reserve), none a unit
                 copies = max(r["store_copies_per_chunk"] for r in mine.values())
                 stores = data["h2svc_stores"]
-                out.append(target(family, policy, "H2SVC store: no copy per unit", copies, stores,
+                out.append(target(family, stream, "H2SVC store: no copy per unit", copies, stores,
                                   f"at most {copies:.0f} store copies a chunk after the first ({stores} stores x "
                                   f"{data['units_per_chunk']} units a chunk appended)"))
     return out
@@ -526,20 +601,33 @@ def target(family, policy, name, value, bound, text) -> dict:
 
 def report(result: dict, device_label: str) -> str:
     lines = []
-    columns = [("policy", "policy"), ("frames", "frames"), ("source", "source"), ("kv", "KV held"),
+    columns = [("stream", "policy"), ("frames", "frames"), ("source", "source"), ("kv", "KV held"),
                ("prefill_ms", f"prefill ms ({device_label})"), ("compress_ms", "compress ms"),
                ("compress_pct", "compress % prefill"), ("extra", "extra memory in chunk (share of cache)"),
                ("ttft_ms", "TTFT ms"), ("decode_tok_s", "decode tok/s"), ("position", "max position / range")]
+    blocks = [("stream", "policy"), ("block", "prefill block (tokens)"), ("frames", "frames"),
+              ("prefill_extra", "extra memory: prefill"), ("compress_extra", "compression"),
+              ("chunk_extra", "whole chunk (with its embeddings)"), ("bound", "chunk KV + 20% of cache"),
+              ("vs_one", "prefill / one forward (CPU time)")]
     for family, data in result.items():
         for row in data["rows"]:
             row["kv"] = common.human_bytes(row["kv_bytes"]) + (" (computed)" if row["source"] == "computed" else "")
+            row["block"] = row["block_tokens"] or "one forward"
             if row["source"] == "measured":
                 row["extra"] = f"{common.human_bytes(row['extra_bytes'])} ({row['extra_share']:.0%})"
                 row["position"] = f"{row['max_position']:.0f} / {data['max_position_embeddings']}"
+                row["prefill_extra"] = common.human_bytes(row["extra_prefill_bytes"])
+                row["compress_extra"] = common.human_bytes(row["extra_compress_bytes"])
+                row["chunk_extra"] = common.human_bytes(row["extra_bytes"])
+                row["bound"] = common.human_bytes(row["extra_bound_bytes"])
+                if "prefill_vs_one_forward" in row:
+                    row["vs_one"] = f"{row['prefill_vs_one_forward']:.2f} ({row['prefill_cpu_vs_one_forward']:.2f})"
         encode = data["encode"]
         lines += [f"\n{family}: encode {encode['encode_ms']:.0f} ms + preprocess {encode['preprocess_ms']:.0f} ms a chunk "
                   f"of {encode['tokens_per_chunk']} tokens (once, every policy alike)",
-                  common.table(data["rows"], columns)]
+                  common.table(data["rows"], columns),
+                  f"\n{family}: memory and prefill time per prefill block size",
+                  common.table([r for r in data["rows"] if r["source"] == "measured"], blocks)]
     return "\n".join(lines)
 
 
@@ -556,9 +644,10 @@ def plot(result: dict, path: pathlib.Path, device_label: str) -> bool:
     fig, axes = plt.subplots(len(result), len(metrics), figsize=(5.5 * len(metrics), 4 * len(result)), squeeze=False)
     for row_axes, (family, data) in zip(axes, result.items()):
         for ax, (key, label) in zip(row_axes, metrics):
-            for index, policy in enumerate(dict.fromkeys(r["policy"] for r in data["rows"])):
-                mine = [r for r in data["rows"] if r["policy"] == policy and r["source"] == "measured"]
-                if key == "compress_pct" and policy == "full":
+            for index, policy in enumerate(dict.fromkeys(r.get("stream", r["policy"]) for r in data["rows"])):
+                mine = [r for r in data["rows"] if r.get("stream", r["policy"]) == policy and r["source"] == "measured"
+                        and r.get(key) is not None]
+                if key == "compress_pct" and policy.startswith("full") or not mine:
                     continue
                 ax.plot([r["frames"] for r in mine], [r[key] for r in mine], marker="o", label=policy,
                         color=f"C{index}")  # a policy's colour the same in every panel
@@ -584,6 +673,11 @@ def main(argv=None) -> None:
     parser.add_argument("--policies", nargs="+", default=POLICIES, choices=POLICIES)
     parser.add_argument("--lengths", type=int, nargs="+", default=[64, 256, 512], help="frames (640x480)")
     parser.add_argument("--chunk-frames", type=int, default=8)
+    parser.add_argument("--block-tokens", type=int, nargs="+", default=[SessionConfig().prefill_block_tokens],
+                        help="prefill block sizes (SessionConfig.prefill_block_tokens; 0: one forward a chunk): "
+                             "each policy runs once per size, and the sizes are compared with 0 when it is among them")
+    parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default); with 1, the "
+                                                               "CPU times in the JSON are the work itself")
     parser.add_argument("--budget", type=int, default=6000, help="budget_tokens of fifo, uniform and hermes")
     parser.add_argument("--fill", choices=["model", "synthetic"], default=None,
                         help="prefill every chunk through the decoder, or only the measured ones (default: model "
@@ -592,11 +686,13 @@ def main(argv=None) -> None:
     parser.add_argument("--encode-chunks", type=int, default=2, help="chunks of frames encoded (then replayed)")
     parser.add_argument("--new-tokens", type=int, default=16, help="answer tokens (decode rate)")
     parser.add_argument("--max-question", type=int, default=512, help="max_question_tokens")
-    parser.add_argument("--asks", type=int, default=2, help="questions at each length (medians)")
+    parser.add_argument("--asks", type=int, default=2, help="questions at each length (medians; 0: none, and no "
+                                                             "TTFT or decode figures)")
     parser.add_argument("--dtype", default="auto", help="auto: float32 on a CPU, bfloat16 on a GPU")
     parser.add_argument("--attention", default="auto", help="auto: flash-attn on CUDA when it imports, else SDPA")
     parser.add_argument("--memory-fraction", type=float, default=0.3, help="run full while it fits in this share "
-                                                                           "of the free memory")
+                                                                           "of the free memory (its caches of every "
+                                                                           "block size together)")
     parser.add_argument("--name", default=None, help="base name of the JSON / PNG (default real_shapes-cpu|gpu)")
     parser.add_argument("--figure", type=pathlib.Path, default=None, help="the PNG (default bench/figures/NAME.png)")
     parser.add_argument("--shared", default="", help="say in the JSON how the machine was shared")
@@ -614,6 +710,9 @@ def main(argv=None) -> None:
         return
     device = torch.device(args.device)
     dtype = resolve_dtype(args.dtype, device)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    args.block_tokens = list(dict.fromkeys(args.block_tokens))
     args.fill = args.fill or ("model" if device.type == "cuda" else "synthetic")
     if args.quick:
         args.lengths, args.encode_chunks, args.new_tokens, args.asks = [16, 32], 1, 4, 1
@@ -630,6 +729,9 @@ def main(argv=None) -> None:
         payload = {"args": {k: (str(v) if isinstance(v, pathlib.Path) else v) for k, v in vars(args).items()},
                    "dtype": str(dtype).replace("torch.", ""), "memory_source": Memory(device).source,
                    "shared_machine": args.shared, "load_average": {"start": load_start, "end": os.getloadavg()},
+                   # how the thread pools were told to wait (a busy CPU makes spinning threads wait for cores)
+                   "environment": {name: os.environ.get(name) for name in ("OMP_NUM_THREADS", "OMP_WAIT_POLICY",
+                                                                           "GOMP_SPINCOUNT", "MKL_NUM_THREADS")},
                    "families": result, "targets": goals, "complete": len(result) == len(args.families),
                    "seconds": time.perf_counter() - started}
         path = common.write_json(name, payload, args.out, args.device)

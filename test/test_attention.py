@@ -1,6 +1,7 @@
 """Attention over a cache with bottom-right causal alignment, against a dense per-query loop."""
 import math
 
+import pytest
 import torch
 
 from streamcache_ros.engine.cache.attention import bottom_right_causal_mask, cached_attention
@@ -46,3 +47,25 @@ def test_single_query_sees_everything():
     torch.manual_seed(2)
     q, k, v = torch.randn(1, 2, 1, 8), torch.randn(1, 2, 5, 8), torch.randn(1, 2, 5, 8)
     torch.testing.assert_close(cached_attention(q, k, v), dense_reference(q, k, v, [[True] * 5]), atol=1e-5, rtol=0)
+
+
+def test_on_a_cpu_the_split_at_the_cache_equals_the_masked_softmax(monkeypatch):
+    # 14 query heads on 2 KV heads, 37 new tokens after 263 cached ones: merged by log-sum-exp
+    # (cached_then_causal) against SDPA with the bottom-right mask, which a key mask still takes
+    from streamcache_ros.engine.cache import attention
+
+    kernel = attention.cpu_attention_with_lse()
+    if kernel is None:
+        pytest.skip("this PyTorch has no CPU attention kernel returning the log-sum-exp")
+    gen = torch.Generator().manual_seed(3)
+    q = torch.randn(1, 14, 37, 16, generator=gen)
+    k, v = torch.randn(1, 2, 300, 16, generator=gen), torch.randn(1, 2, 300, 16, generator=gen)
+    calls = []
+    monkeypatch.setattr(attention, "cpu_attention_with_lse", lambda: lambda *a: calls.append(1) or kernel(*a))
+    split = cached_attention(q, k, v)
+    assert len(calls) == 2  # the cache, then the new tokens
+    masked = cached_attention(q, k, v, key_mask=torch.ones(300, dtype=torch.bool))
+    assert len(calls) == 2
+    torch.testing.assert_close(split, masked, atol=1e-6, rtol=0)
+    monkeypatch.setattr(attention, "cpu_attention_with_lse", lambda: None)  # a PyTorch without the kernel
+    torch.testing.assert_close(cached_attention(q, k, v), masked, atol=1e-6, rtol=0)

@@ -122,19 +122,28 @@ def test_accuracy_scores_every_policy_at_equal_bytes(tmp_path):
 
 @pytest.mark.timeout(600)
 def test_real_shapes_quick_writes_every_policy_and_the_targets(tmp_path):
-    run_script("real_shapes.py", "--quick", "--out", str(tmp_path), "--figure", str(tmp_path / "real_shapes.png"),
-               timeout=590)
+    run_script("real_shapes.py", "--quick", "--block-tokens", "0", "500", "--out", str(tmp_path), "--figure",
+               str(tmp_path / "real_shapes.png"), timeout=590)
     data = load(tmp_path / "real_shapes-cpu-quick.json")
     assert data["memory_source"] == "process RSS" and data["dtype"] == "float32"
     for family, result in data["families"].items():
         rows = result["rows"]
         assert {r["policy"] for r in rows} == {"full", "fifo-6000", "uniform-6000", "hermes-6000", "h2svc"}
+        # every policy once per prefill block size, each size against one forward
+        assert {(r["policy"], r["block_tokens"]) for r in rows} == {(r["policy"], b) for r in rows for b in (0, 500)}
         for row in rows:
             assert row["source"] == "measured" and row["frames"] in (16, 32), row
             assert row["prefill_ms"] > 0 and row["ttft_ms"] > 0 and row["kv_bytes"] > 0
             assert row["max_position"] < result["max_position_embeddings"]
+            assert row["extra_prefill_bytes"] > 0 and row["prefill_cpu_ms"] > 0
+            assert row["prefill_vs_one_forward"] == 1.0 if row["block_tokens"] == 0 else row["prefill_vs_one_forward"] > 0
         assert result["encode"]["tokens_per_chunk"] == (4 * 391 if family.startswith("qwen") else 8 * 196)
+        # a chunk of 1564 / 1568 tokens: 1 forward or 4 blocks of 500; h2svc one a unit (391 / 196 tokens)
+        units = 4 if family.startswith("qwen") else 8
+        expected = {(p, b): units if p == "h2svc" else (1 if b == 0 else 4) for p, b in
+                    {(r["policy"], r["block_tokens"]) for r in rows}}
+        assert {(r["policy"], r["block_tokens"]): r["prefill_forwards"] for r in rows} == expected
     kinds = {t["target"].split(" ")[0] for t in data["targets"]}
-    assert kinds == {"compress", "extra", "TTFT", "decode", "H2SVC"}, kinds
+    assert kinds == {"compress", "extra", "prefill", "TTFT", "decode", "H2SVC"}, kinds
     store = [t for t in data["targets"] if t["target"].startswith("H2SVC")]
-    assert len(store) == 2 and all(t["met"] for t in store), store  # reserved buffers: no copy per unit
+    assert len(store) == 4 and all(t["met"] for t in store), store  # reserved buffers: no copy per unit

@@ -7,7 +7,7 @@ import torch
 
 from streamcache_ros.engine import Session, SessionConfig
 from streamcache_ros.engine.cache import PAD_UNIT, KVStore
-from streamcache_ros.engine.cache.store import BLOCK
+from streamcache_ros.engine.cache import store as store_module
 
 from conftest import REAL_TOKEN_FAMILIES, policy_for
 
@@ -26,8 +26,18 @@ def snapshot(store: KVStore) -> list[torch.Tensor]:
     return [t.clone() for t in (store.keys, store.values, store.positions, store.units, store.chunks)]
 
 
+BLOCK = 37  # tokens a store of 2 rows moves at a time when evicting in place, in these tests
+
+
+@pytest.fixture
+def small_blocks(monkeypatch):
+    """store.MOVE_BYTES for BLOCK tokens of 2 rows x 8 float32 channels (3 rows: 24 tokens), so
+    that the stores below are moved in several blocks, the last one short."""
+    monkeypatch.setattr(store_module, "MOVE_BYTES", BLOCK * 2 * 8 * 4)
+
+
 @pytest.mark.parametrize("tokens", [40, 3 * BLOCK + 17])
-def test_keep_in_place_equals_the_gather(tokens):
+def test_keep_in_place_equals_the_gather(tokens, small_blocks):
     store = filled_store(tokens)
     gen = torch.Generator().manual_seed(1)
     index = torch.sort(torch.randperm(tokens, generator=gen)[:tokens // 3]).values
@@ -40,7 +50,7 @@ def test_keep_in_place_equals_the_gather(tokens):
         store.keep(torch.tensor([3, 1]))
 
 
-def test_per_row_compaction_in_place_equals_the_gather_and_pads():
+def test_per_row_compaction_in_place_equals_the_gather_and_pads(small_blocks):
     tokens, rows = 2 * BLOCK + 9, 3
     store = filled_store(tokens, rows=rows, shared=False)
     gen = torch.Generator().manual_seed(2)

@@ -34,6 +34,9 @@ class SessionConfig:
     # Questions asked together in one forward pass (the when search, standing questions): more is
     # faster and takes more memory for the pass
     rows_per_pass: int = 64
+    # A chunk is prefilled this many tokens at a time at most (0: in one forward), which bounds the
+    # decoder's activations (engine/prefill.py; the default: docs/performance.md "Prefill in blocks")
+    prefill_block_tokens: int = 128
 
     def largest_question(self, max_position_embeddings: int) -> int:
         """Positions the largest question and its answer take: max_question_tokens + max_new_tokens,
@@ -53,6 +56,11 @@ class SessionConfig:
             raise ConfigError("options_mode", f"must be one of {', '.join(OPTIONS_MODES)}, got '{self.options_mode}'")
         if int(self.rows_per_pass) < 1:
             raise ConfigError("rows_per_pass", f"must be >= 1, got {self.rows_per_pass}")
+        block = self.prefill_block_tokens  # an int (numpy's too), not a bool, a float or a string
+        if isinstance(block, bool) or not hasattr(block, "__index__") or block.__index__() < 0:
+            raise ConfigError("prefill_block_tokens", f"must be a whole number of tokens >= 0 (0: the whole chunk "
+                                                      f"in one forward), got {block!r}")
+        self.prefill_block_tokens = block.__index__()
 
 
 def default_evidence_layers(num_layers: int) -> tuple[int, ...]:

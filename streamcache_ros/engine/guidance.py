@@ -32,17 +32,45 @@ class QKRecorder:
 class GuidanceProvider:
     def __init__(self, adapter: ModelAdapter):
         self.adapter = adapter
+        # embedding q/k of the last request's prompts, by (ids, layer): they depend on the text and
+        # the weights alone, so a chunk after a chunk with the same prompts projects nothing
+        self._embedded: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
 
     def token_ids(self, text: str) -> list[int]:
         # docs/hermes.md §5: tokenised raw, no chat template and no special tokens
         return self.adapter.tokenizer(text, add_special_tokens=False).input_ids
 
     @torch.inference_mode()
-    def embedding_qk(self, ids: list[int]) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    def embedding_qk(self, ids: list[int], layers: list[int] | None = None) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """D3 (the reference): layer l's q/k projected from input_layernorm_l(token embeddings), the
-        same embeddings for every layer."""
+        same embeddings for every layer; for ``layers`` (default: all of them), in that order."""
         embeds = self.adapter.embed_text(ids)
-        return [project_qk(layer.self_attn, layer.input_layernorm(embeds)) for layer in self.adapter.text_model.layers]
+        decoder = self.adapter.text_model.layers
+        chosen = range(len(decoder)) if layers is None else layers
+        return [project_qk(decoder[i].self_attn, decoder[i].input_layernorm(embeds)) for i in chosen]
+
+    def _weights(self, layer: int) -> tuple:
+        """What a layer's embedding q/k are computed from, as (storage, version) pairs: a cached q/k
+        is used only while these are the same (an in-place update bumps the version)."""
+        decoder = self.adapter.text_model.layers[layer]
+        tensors = [self.adapter.text_model.embed_tokens.weight, *decoder.input_layernorm.parameters(),
+                   *decoder.self_attn.q_proj.parameters(), *decoder.self_attn.k_proj.parameters()]
+        return tuple((t.data_ptr(), t._version) for t in tensors)
+
+    def _embedded_passes(self, request: GuidanceRequest, ids: list[list[int]]) -> list[GuidancePass]:
+        """The embedding passes; a layer's q/k is projected once for as long as its prompt and
+        weights stay the same (the last request's are kept, nothing older)."""
+        kept, passes = {}, []
+        for prompt, prompt_ids in zip(request.prompts, ids):
+            keys = {i: (tuple(prompt_ids), i, self._weights(i)) for i in prompt.layers}
+            known = {**self._embedded, **kept}
+            missing = [i for i in prompt.layers if keys[i] not in known]
+            fresh = dict(zip(missing, self.embedding_qk(prompt_ids, missing))) if missing else {}
+            qk = [fresh[i] if i in fresh else known[keys[i]] for i in prompt.layers]
+            kept.update(zip(keys.values(), qk))
+            passes.append(GuidancePass(list(prompt.layers), qk))
+        self._embedded = kept
+        return passes
 
     @torch.inference_mode()
     def hidden_qk(self, ids: list[int], policy: CachePolicy) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -70,8 +98,10 @@ class GuidanceProvider:
             if room < 1:
                 raise
             ids = [i[:room] for i in ids]
+        if request.queries != "hidden":
+            return self._embedded_passes(request, ids)
         passes = []
         for prompt, prompt_ids in zip(request.prompts, ids):
-            qk = self.hidden_qk(prompt_ids, policy) if request.queries == "hidden" else self.embedding_qk(prompt_ids)
+            qk = self.hidden_qk(prompt_ids, policy)
             passes.append(GuidancePass(list(prompt.layers), [qk[i] for i in prompt.layers]))
         return passes

@@ -141,19 +141,13 @@ class ChunkPipeline:
         return ChunkError(message, position_range=True)
 
     def _prefill(self, embeds: torch.Tensor, chunk: NewTokens, tokens_per_unit: int) -> None:
-        """The chunk's tokens through the decoder over the cache: one forward, or one per unit for a
-        policy that evicts between units, each followed by after_prefill."""
-        policy, rel = self.policy, chunk.rel_positions
-        hook = failpoints.layer_hook("prefill", chunk=self.attempts, layers=policy.geometry.num_layers)
-        step = tokens_per_unit if policy.prefill_unit_by_unit else rel.shape[1]
-        for start in range(0, rel.shape[1], step):
-            part = slice(start, start + step)
-            # the policy places a forward at its next offset (max + 1 of what it holds); rebasing
-            # each step on the previous steps keeps the chunk's own positions
-            offset = rel[:, :start].max() + 1 if start else 0.0
-            new = NewTokens(rel[:, part] - offset, chunk.units[part], chunk.chunks[part], chunk.clock)
-            self.adapter.forward(embeds[None, part], new, policy, layer_hook=hook)
-            policy.after_prefill(new)
+        """The chunk's tokens through the decoder over the cache in blocks of at most
+        ``prefill_block_tokens``, after_prefill after the chunk, or after each unit for a policy
+        that evicts between units (engine/prefill.py)."""
+        from .prefill import prefill_chunk  # noqa: PLC0415
+
+        hook = failpoints.layer_hook("prefill", chunk=self.attempts, layers=self.policy.geometry.num_layers)
+        prefill_chunk(self.adapter, self.policy, embeds, chunk, tokens_per_unit, self.config.prefill_block_tokens, hook)
 
     def _guidance(self, history: list[Exchange]):
         """The guidance q/k the policy asks for before compressing (None: it asks for none)."""

@@ -3,6 +3,12 @@
 Queries are the last Q tokens of a key sequence of length T >= Q, so causality is aligned
 bottom-right: query i sees keys 0 .. T-Q+i. PyTorch SDPA's ``is_causal`` aligns top-left, which is
 wrong for cached prefill and decode, so an explicit mask is built (docs/h2svc.md §4).
+
+On a CPU, where SDPA turns that mask into a float tensor of Q x T (30 KiB a query over 7 600 keys)
+and runs small query blocks slowly, several queries over a cache with no hidden key are computed
+as two softmaxes merged by their log-sum-exp instead (``cached_then_causal``): over the T - Q cached
+keys, which every query sees, and causally over the Q new ones (docs/performance.md, "Prefill in
+blocks").
 """
 from __future__ import annotations
 
@@ -20,6 +26,13 @@ def flash_attn_func():
     except Exception:  # ImportError, or a CUDA/ABI mismatch raised at import
         return None
     return fn
+
+
+@functools.lru_cache(maxsize=1)
+def cpu_attention_with_lse():
+    """PyTorch's CPU flash-attention kernel, which also returns each query's log-sum-exp (an ATen op
+    of PyTorch >= 2.3, not a public API), or None where this PyTorch has none."""
+    return getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
 
 
 @functools.lru_cache(maxsize=1)
@@ -76,6 +89,8 @@ def cached_attention(
         # flash-attn >= 2.1 aligns its causal mask bottom-right; layout [B, T, H, D]; GQA native
         out = flash_attn_func()(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), causal=True)
         return out.transpose(1, 2)
+    if key_mask is None and 1 < q_len < k_len and q.device.type == "cpu" and cpu_attention_with_lse() is not None:
+        return cached_then_causal(q, k, v, cpu_attention_with_lse())
     mask = None
     if q_len > 1 or key_mask is not None:
         mask = bottom_right_causal_mask(q_len, k_len, q.device)
@@ -86,6 +101,29 @@ def cached_attention(
         elif key_mask is not None:
             mask = mask & key_mask.to(q.device)[None, :]
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=q.shape[1] != k.shape[1])
+
+
+def cached_then_causal(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kernel) -> torch.Tensor:
+    """``cached_attention`` with no key hidden, as two softmaxes merged by their log-sum-exp: the Q
+    queries over the T - Q cached keys, all visible, then over the Q new keys, causally (a square:
+    top-left is bottom-right). In the first, a KV head's query heads are stacked along the query
+    axis (GQA without copying the cache): G·Q queries and no mask, so the kernel takes the large
+    query blocks it takes for a whole chunk however short the block (engine/prefill.py).
+    ``kernel(q, k, v, dropout, is_causal) -> (out, lse)``: ``cpu_attention_with_lse``'s signature."""
+    batch, q_heads, q_len, dim = q.shape
+    kv_heads, cached = k.shape[1], k.shape[2] - q_len
+    group = q_heads // kv_heads
+    stacked = q.reshape(batch, kv_heads, group * q_len, dim)
+    out, lse = kernel(stacked, k[:, :, :cached], v[:, :, :cached], 0.0, False)
+    new_k, new_v = k[:, :, cached:], v[:, :, cached:]
+    if group > 1:
+        new_k, new_v = new_k.repeat_interleave(group, dim=1), new_v.repeat_interleave(group, dim=1)
+    out_new, lse_new = kernel(q, new_k, new_v, 0.0, True)
+    out, lse = out.reshape(batch, q_heads, q_len, dim).float(), lse.reshape(batch, q_heads, q_len)
+    top = torch.maximum(lse, lse_new)
+    weight, weight_new = (lse - top).exp_().unsqueeze(-1), (lse_new - top).exp_().unsqueeze(-1)
+    merged = out.mul_(weight).add_(out_new.float().mul_(weight_new)).div_(weight.add_(weight_new))
+    return merged.to(q.dtype)
 
 
 def varlen_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, key_mask: torch.Tensor | None,

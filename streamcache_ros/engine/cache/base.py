@@ -95,6 +95,16 @@ class NewTokens:
     units: torch.Tensor  # [Q] int64: unit id (>= 0) or PREFIX_UNIT / TEXT_UNIT
     chunks: torch.Tensor  # [Q] int64: chunk id, -1 for text
     clock: int | None = None
+    # the first unit of the prefill step this forward belongs to: a block of a step carries its
+    # step's (engine/prefill.py); None: the smallest unit among ``units``, if any
+    first_unit: int | None = None
+
+    def arriving_unit(self) -> int | None:
+        """The stream unit whose arrival this forward is part of (None: no video)."""
+        if self.first_unit is not None:
+            return self.first_unit
+        video = self.units[self.units >= 0]
+        return int(video.min()) if video.numel() else None
 
     def __len__(self) -> int:
         return int(self.units.numel())

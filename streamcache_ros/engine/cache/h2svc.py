@@ -166,8 +166,7 @@ class H2svcPolicy(CachePolicy):
         cos, sin = self._store(layer, k, v, new)
         group_size = self.geometry.group_size
         q = apply_rotary(q, cos.repeat_interleave(group_size, 0)[None], sin.repeat_interleave(group_size, 0)[None])
-        video = new.units[new.units >= 0]
-        first_unit = int(video.min()) if video.numel() else None
+        first_unit = new.arriving_unit()
         rows = key_filter if isinstance(key_filter, QueryRows) else None
         out = torch.empty_like(q)
         for group in self.groups[layer]:

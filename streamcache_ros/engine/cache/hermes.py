@@ -296,10 +296,11 @@ class HermesPolicy(LayerwisePolicy):
         clock (True) or those listed."""
         rotary = self.geometry.rotary
         for role, store, indices in zip(self.roles, self.layers, keep):
-            safe = sanitize_keep(indices.to(store.units.device), len(store))
-            pruned = pruned_indices(safe, len(store))
-            fold = role == DEEP and self.settings.summary and pruned.numel() > 0
+            length = len(store)
+            safe = sanitize_keep(indices.to(store.units.device), length)
+            fold = role == DEEP and self.settings.summary and safe.numel() < length
             if fold:  # the pruned tokens, read before the kept ones move over them (about a chunk)
+                pruned = pruned_indices(safe, length)
                 gone = (store.keys.index_select(2, pruned), store.values.index_select(2, pruned),
                         store.positions.index_select(1, pruned))
                 gone_clocks = store.clocks.index_select(0, pruned)
@@ -318,7 +319,7 @@ class HermesPolicy(LayerwisePolicy):
                     if outcome is not None:
                         outcome.details["summary_tokens"] += 1
             if outcome is not None:
-                outcome.evicted_tokens += int(pruned.numel())
+                outcome.evicted_tokens += length - int(safe.numel())
         if compact:
             self.reindex_events += 1
 

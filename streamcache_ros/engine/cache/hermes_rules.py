@@ -108,6 +108,7 @@ def guidance_attention(q: torch.Tensor, guidance_keys: torch.Tensor, cache_keys:
         weights = torch.softmax(logits.to(softmax_dtype), dim=-1).to(weights_dtype)
         weights = weights.reshape(batch, q_heads, q_len, cached + q_len)
         return weights[0].mean(dim=0)[:, prefix_len:cached].mean(dim=0)
+    stacked = stacked / math.sqrt(head_dim)  # 1/√D on the queries, not on every logit
     step = max(1, GUIDANCE_BLOCK_ELEMENTS // (kv_heads * (cached + q_len)))
     total = torch.zeros(cached - prefix_len, dtype=torch.float32, device=q.device)
     for start in range(0, stacked.shape[2], step):
@@ -117,11 +118,11 @@ def guidance_attention(q: torch.Tensor, guidance_keys: torch.Tensor, cache_keys:
 
 def _row_softmax_column_sums(rows: torch.Tensor, cache_t: torch.Tensor, guidance_t: torch.Tensor,
                              prefix_len: int) -> torch.Tensor:
-    """Σ over ``rows`` of softmax(row · [K_cache; K_guid]ᵀ/√D), the candidate columns only. The softmax
-    is not materialised: exp(l − max) in place, then Σ_rows exp / Z as one product with 1/Z, so a
-    block costs its logits and nothing more (no concatenation, no normalised copy)."""
-    scale = math.sqrt(rows.shape[-1])
-    on_cache, on_guidance = (rows @ cache_t).div_(scale), (rows @ guidance_t).div_(scale)
+    """Σ over ``rows`` (queries already divided by √D) of softmax(row · [K_cache; K_guid]ᵀ), the
+    candidate columns only. The softmax is not materialised: exp(l − max) in place, then
+    Σ_rows exp / Z as one product with 1/Z, so a block costs its logits and nothing more (no
+    concatenation, no normalised copy)."""
+    on_cache, on_guidance = rows @ cache_t, rows @ guidance_t
     top = torch.maximum(on_cache.amax(dim=-1, keepdim=True), on_guidance.amax(dim=-1, keepdim=True))
     on_cache.sub_(top).exp_()
     on_guidance.sub_(top).exp_()
@@ -187,6 +188,8 @@ def keep_indices(refined: torch.Tensor, slots: int, prefix_len: int) -> torch.Te
 def sanitize_keep(indices: torch.Tensor, seq_len: int) -> torch.Tensor:
     """Clip to [0, seq_len), unique and sorted; an empty result keeps token 0 (reference)."""
     indices = indices.to(torch.long)
+    if indices.numel() and bool((indices[1:] > indices[:-1]).all()) and 0 <= indices[0] and indices[-1] < seq_len:
+        return indices  # already so (keep_indices' output): no sort
     indices = indices[(indices >= 0) & (indices < seq_len)]
     if indices.numel() == 0:
         return torch.zeros(1, dtype=torch.long, device=indices.device)

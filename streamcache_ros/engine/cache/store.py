@@ -31,7 +31,7 @@ from .units import PAD_UNIT, PREFIX_UNIT, TEXT_UNIT
 # (old positions [axes, n], unit ids [n], chunk ids [n]) of one row's kept tokens -> new positions
 Renumber = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 GROWTH = 8  # a buffer that runs out of room grows to what is needed + 1/GROWTH of it
-BLOCK = 512  # tokens moved at a time when evicting in place
+MOVE_BYTES = 2 << 20  # keys (then values) moved at a time when evicting in place
 
 
 def tensor_bytes(*tensors: torch.Tensor) -> int:
@@ -242,20 +242,26 @@ class KVStore:
     def _gather(self, order: torch.Tensor, width: int) -> None:
         """Slot ``order[r, j]`` of row ``r`` to slot ``j``, for j < width, in blocks (order[r, j] >= j)."""
         dim = self._keys.shape[-1]
-        for start in range(0, width, BLOCK):
-            take = order[:, start:start + BLOCK]
+        # a block of MOVE_BYTES: the copy it makes is bounded, and a layer takes a few calls, not
+        # one per 512 tokens (each call on a busy CPU can wait for a core)
+        block = max(1, MOVE_BYTES // (self.rows * dim * self._keys.element_size()))
+        for start in range(0, width, block):
+            take = order[:, start:start + block]
             end = start + take.shape[1]
             if bool((take == torch.arange(start, end, device=take.device)).all()):
                 continue  # already in place (the prefix, a window's start)
-            index = take[None, :, :, None].expand(1, -1, -1, dim)
-            self._keys[:, :, start:end] = self._keys.gather(2, index)
-            self._values[:, :, start:end] = self._values.gather(2, index)
-            if self.shared:
-                self._positions[:, start:end] = self._positions.index_select(1, take[0])
-                self._units[start:end] = self._units.index_select(0, take[0])
-                self._chunks[start:end] = self._chunks.index_select(0, take[0])
-                self._clocks[start:end] = self._clocks.index_select(0, take[0])
+            if self.shared:  # one order for every row: whole slots at a time, no index per element
+                slots = take[0]
+                self._keys[:, :, start:end] = self._keys.index_select(2, slots)
+                self._values[:, :, start:end] = self._values.index_select(2, slots)
+                self._positions[:, start:end] = self._positions.index_select(1, slots)
+                self._units[start:end] = self._units.index_select(0, slots)
+                self._chunks[start:end] = self._chunks.index_select(0, slots)
+                self._clocks[start:end] = self._clocks.index_select(0, slots)
             else:
+                index = take[None, :, :, None].expand(1, -1, -1, dim)
+                self._keys[:, :, start:end] = self._keys.gather(2, index)
+                self._values[:, :, start:end] = self._values.gather(2, index)
                 axes = self._positions.shape[1]
                 self._positions[:, :, start:end] = self._positions.gather(2, take[:, None, :].expand(-1, axes, -1))
                 self._units[:, start:end] = self._units.gather(1, take)
