@@ -48,6 +48,7 @@ ENGINE_DEFAULTS: dict[str, Any] = {
     "evidence_layers": [],  # [] = the model folder's evidence_layers.json, else the middle half of the layers
     "options_mode": "scored",  # scored: the most likely option (with probabilities) | generated: free generation
     "rows_per_pass": 64,  # questions asked together in one forward pass (the when search, standing questions)
+    "prefill_block_tokens": 128,  # a chunk is prefilled in blocks of at most this many tokens (0: one forward)
 }
 # The budget of a model whose folder names none (HERMES's M, docs/hermes.md "Budgets")
 FALLBACK_BUDGET_TOKENS = 6000
@@ -208,7 +209,8 @@ def session_config(p: dict[str, Any]) -> SessionConfig:
                          max_new_tokens=int(p["max_new_tokens"]), repetition_penalty=float(p["repetition_penalty"]),
                          cameras=tuple(p.get("camera_topics") or ()), evidence_k=int(p["evidence_k"]),
                          evidence_layers=tuple(int(layer) for layer in p["evidence_layers"] or ()),
-                         options_mode=str(p["options_mode"]), rows_per_pass=int(p["rows_per_pass"]))
+                         options_mode=str(p["options_mode"]), rows_per_pass=int(p["rows_per_pass"]),
+                         prefill_block_tokens=p["prefill_block_tokens"])
 
 
 def model_evidence_layers(adapter: ModelAdapter) -> tuple[int, ...]:

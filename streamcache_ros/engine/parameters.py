@@ -80,13 +80,16 @@ DESCRIPTIONS = {
     "options_mode": "How a question with options is answered: scored (the option the model finds most likely, "
                     "with option_probabilities; always an option) | generated (free generation matched to an "
                     "option, the HERMES reference's way)",
+    "prefill_block_tokens": "A chunk's tokens are prefilled in blocks of at most this many (each attends to the cache "
+                            "and the blocks before it; the result equals one forward): bounds a chunk's activation "
+                            "memory on an edge board; 0 = the whole chunk in one forward (docs/performance.md)",
     "rows_per_pass": "Questions asked together in one forward pass (the when search's windows, standing "
                      "questions): more is faster and takes more memory for the pass",
 }
 RANGES = {
     "budget_tokens": (0, None), "sample_fps": (0.001, 1000.0), "chunk_frames": (1, 4096),
     "max_question_tokens": (1, None), "max_new_tokens": (1, None), "repetition_penalty": (0.0, 100.0),
-    "reindex_margin": (0, None), "evidence_k": (0, 4096), "rows_per_pass": (1, 4096),
+    "reindex_margin": (0, None), "evidence_k": (0, 4096), "rows_per_pass": (1, 4096), "prefill_block_tokens": (0, None),
 }
 
 

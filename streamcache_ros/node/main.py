@@ -17,6 +17,10 @@ import sys
 import threading
 
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+# A robot's CPU is shared with other nodes: OpenMP threads that spin while they wait for a core made
+# blocked prefill and HERMES compression several times slower on a loaded CPU (docs/performance.md
+# "Prefill in blocks"); passive waiting costs nothing on an idle one. Set before torch is imported.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
 EXIT_CONFIG = 2

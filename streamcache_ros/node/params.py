@@ -159,7 +159,7 @@ def validate_node_params(values: dict[str, Any]) -> None:
         if topic in seen:
             raise ConfigError("camera_topics", f"'{topic}' is listed twice")
         seen.add(topic)
-    check_watch_questions(values["watch_questions"])
+    check_watch_questions(values.get("watch_questions", []))
 
 
 def check_watch_questions(questions) -> list[str]:
