@@ -26,8 +26,10 @@ on a GPU (budgets then count wall minutes).
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import math
+import multiprocessing
 import os
 import pathlib
 import sys
@@ -286,6 +288,36 @@ class FramePool:
         return [f for f, _ in picked], [t for _, t in picked]
 
 
+class StreamFeed:
+    """The training streams in seed order. With ``workers``, processes render them ahead (on a GPU
+    the rendering, not the model, is what a step waits for); each is drawn at the schedule's
+    progress when it was asked for, a few streams early."""
+
+    def __init__(self, first_seed: int, frames_per_unit: int, workers: int):
+        self.next_seed, self.frames_per_unit = first_seed, frames_per_unit
+        self.pool = multiprocessing.get_context("spawn").Pool(workers) if workers else None
+        self.ahead = 2 * workers
+        self.pending: collections.deque = collections.deque()
+        self.last_seed = first_seed
+
+    def take(self, progress: float):
+        """(seed, (frames, questions, the world's questions)); a stream that failed to render
+        raises here, as it would have without workers."""
+        if self.pool is None:
+            self.last_seed, self.next_seed = self.next_seed, self.next_seed + 1
+            return self.last_seed, sample_example(self.last_seed, progress, self.frames_per_unit)
+        while len(self.pending) < self.ahead:
+            self.pending.append((self.next_seed, self.pool.apply_async(
+                sample_example, (self.next_seed, progress, self.frames_per_unit))))
+            self.next_seed += 1
+        self.last_seed, result = self.pending.popleft()
+        return self.last_seed, result.get(timeout=600)  # a worker that cannot start must not hang the run
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.terminate()
+
+
 def new_frame_head(adapter) -> FrameHead:
     return FrameHead(adapter.text_config.hidden_size, len(world.SHAPES), len(world.COLOUR_NAMES)).to(adapter.device)
 
@@ -365,8 +397,12 @@ class Run:
         self.log.flush()
         print(line, flush=True)
 
-    def budget(self, minutes: float, used: float) -> Budget:
+    def budget(self, minutes: float, state: dict) -> Budget:
+        """A checkpoint resumes at the same point of its schedule (its saved progress), so a run
+        moved to another device or given other --minutes stretches what is left of it rather than
+        restarting or ending it."""
         seconds = minutes * 60 * (1 if self.on_gpu else self.args.threads)
+        used = state["progress"] * seconds if "progress" in state else state["used"]
         return Budget(seconds, used, self.on_gpu, self.deadline)
 
 
@@ -386,7 +422,7 @@ def vision_stage(run: Run) -> None:
         head.load_state_dict(saved["head"])
         optimizer.load_state_dict(saved["optimizer"])
         state = saved["state"]
-    budget = run.budget(args.vision_minutes, state["used"])
+    budget = run.budget(args.vision_minutes, state)
     pool = FramePool(adapter, TRAIN_SEED + 50_000_000 + args.seed * 1_000_000, 4096)
     held_out = FramePool(adapter, HELD_OUT_SEED + 50_000_000, 512)
     run.write({"event": "vision start", "params": sum(p.numel() for p in vision), **state,
@@ -396,7 +432,7 @@ def vision_stage(run: Run) -> None:
     losses, rights = [], []
 
     def save():
-        state["used"] = budget.used
+        state["used"], state["progress"] = budget.used, budget.progress
         torch.save({"model": model.state_dict(), "head": head.state_dict(), "optimizer": optimizer.state_dict(),
                     "state": state}, checkpoint)
 
@@ -447,41 +483,45 @@ def streams_stage(run: Run, head: FrameHead) -> dict:
     params = [p for p in model.parameters() if p.requires_grad] + list(head.parameters())
     optimizer = torch.optim.AdamW(params, lr=args.lr, weight_decay=0.01, betas=(0.9, 0.99))
     state = {"step": 0, "streams": 0, "used": 0.0}
+    warm_from = 0
     checkpoint = work / "checkpoint.pt"
     if args.resume and checkpoint.exists():
         saved = torch.load(checkpoint, weights_only=False, map_location=adapter.device)
         model.load_state_dict(saved["model"])
         head.load_state_dict(saved["head"])
-        optimizer.load_state_dict(saved["optimizer"])
         state = saved["state"]
-        run.write({"event": "streams resumed", **state})
-    budget = run.budget(args.minutes, state["used"])
+        if "optimizer" in saved:
+            optimizer.load_state_dict(saved["optimizer"])
+        else:  # Adam's moments start again (a checkpoint slimmed to travel), so the rate warms up again
+            warm_from = state["step"]
+        run.write({"event": "streams resumed", "optimizer": "optimizer" in saved, **state})
+    budget = run.budget(args.minutes, state)
     held_out = [HELD_OUT_SEED + i for i in range(args.eval_streams)]
     pool = FramePool(adapter, TRAIN_SEED + 60_000_000 + args.seed * 1_000_000, 1024) if args.aux_frames else None
     run.write({"event": "streams start", "family": args.family, "seed": args.seed, "threads": args.threads,
                "params": sum(p.numel() for p in model.parameters()), **state})
+    feed = StreamFeed(TRAIN_SEED + args.seed * 10_000_000 + state["streams"], adapter.frames_per_unit, args.workers)
     last_save = last_eval = time.perf_counter()
     losses, hits, aux = [], [], []
 
     def save():
-        state["used"] = budget.used
+        state["used"], state["progress"] = budget.used, budget.progress
         torch.save({"model": model.state_dict(), "head": head.state_dict(), "optimizer": optimizer.state_dict(),
                     "state": state}, checkpoint)
 
     while budget.progress < 1.0:
         progress = budget.progress
-        lr = lr_at(args.lr, state["step"], progress)
+        lr = lr_at(args.lr, state["step"] - warm_from, progress)
         for group in optimizer.param_groups:
             group["lr"] = lr
         optimizer.zero_grad(set_to_none=True)
         for _ in range(args.accumulate):
-            seed = TRAIN_SEED + args.seed * 10_000_000 + state["streams"]
             state["streams"] += 1
             try:
-                frames, asked, _ = sample_example(seed, progress, adapter.frames_per_unit)
+                frames, asked, _ = feed.take(progress)[1]
                 example = lay_out_example(adapter, frames, asked, CHUNK_FRAMES)
             except Exception as err:  # noqa: BLE001 - one bad stream must not end an hour's run
-                run.write({"step": state["step"], "skipped_stream": seed, "error": f"{type(err).__name__}: {err}"})
+                run.write({"step": state["step"], "skipped_stream": feed.last_seed, "error": f"{type(err).__name__}: {err}"})
                 continue
             loss, correct = example_loss(adapter, example)
             (loss / args.accumulate).backward()
@@ -508,6 +548,7 @@ def streams_stage(run: Run, head: FrameHead) -> dict:
         if now - last_save > 180:
             save()
             last_save = now
+    feed.close()
     save()
     final = evaluate(adapter, held_out)
     run.write({"event": "streams done", "step": state["step"], "cpu_minutes": round(budget.used / 60, 2),
@@ -569,6 +610,8 @@ def main() -> None:
     parser.add_argument("--resume", action="store_true")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
+    parser.add_argument("--workers", type=int, default=0, help="streams: processes that render streams ahead "
+                        "(0: none; worth it on a GPU, where the model waits for the rendering)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     stages = [s.strip() for s in args.stages.split(",") if s.strip()]
