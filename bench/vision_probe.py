@@ -108,7 +108,7 @@ def run_model(name: str, frames: int, device: str) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", nargs="+", default=MODELS)
-    parser.add_argument("--frames", type=int, default=1600, help="frames per probe (75 % fit, 25 % scored)")
+    parser.add_argument("--frames", type=int, default=1600, help="frames per probe (75 %% fit, 25 %% scored)")
     parser.add_argument("--name", default="vision_probe")
     parser.add_argument("--threads", type=int, default=2)
     add_common_args(parser)

@@ -131,18 +131,32 @@ def test_when_finds_the_last_and_first_stamps(model):
 def test_same_answers_after_a_forced_reindex(model):
     """fifo evicts the oldest frames and leaves a gap in the positions; eager re-indexing closes it
     after every chunk (every kept key turned by its delta), lazy never does at this length. The
-    answers must not depend on that renumbering."""
+    answers must not depend on that renumbering where the model has decided. Closing the gap does
+    move the kept frames nearer the system prompt (relative positions across the gap change; within
+    the kept frames and to the question they do not), so an answer the model gives by a hair may
+    flip: one such, 0.58 / 0.42 lazy against 0.496 / 0.501 eager, on a first_color whose first
+    object fifo had evicted. So: the same answer wherever either mode's top option leads by 0.1,
+    few questions below that, and the probabilities close throughout."""
+    decided, shifts = [], []
     for stream in streams():
         per_mode = {}
         for mode in ("lazy", "eager"):
             session = Session(model, make_policy("fifo", budget_tokens=budget_of(model, stream, units=6),
                                                  reindex=mode), SessionConfig(chunk_frames=8))
             feed(session, stream)
-            per_mode[mode] = (answers(session, stream), session.policy.stats())
+            per_mode[mode] = (replies(session, stream), session.policy.stats())
         lazy, eager = per_mode["lazy"], per_mode["eager"]
         assert lazy[1].reindex_events == 0 and eager[1].reindex_events >= len(stream) // 8 - 1
         assert eager[1].max_position < lazy[1].max_position  # the positions really were renumbered
-        assert eager[0] == lazy[0]
+        for a, b in zip(lazy[0], eager[0]):
+            pa, pb = np.asarray(a.option_probabilities), np.asarray(b.option_probabilities)
+            margin = min(np.diff(np.sort(pa))[-1], np.diff(np.sort(pb))[-1])
+            shifts.append(float(np.abs(pa - pb).max()))
+            if margin >= 0.1:
+                decided.append(a.option_index == b.option_index)
+    assert len(decided) >= 0.9 * len(shifts), f"{len(shifts) - len(decided)} of {len(shifts)} near-ties"
+    assert all(decided), f"{decided.count(False)} decided answers changed"
+    assert np.mean(shifts) <= 0.05, f"mean largest probability shift {np.mean(shifts):.3f}"
 
 
 def budget_of(model, stream, units: int) -> int:
