@@ -25,22 +25,46 @@ def oracle_of(present: list[bool]):
     [True] + [False] * 200,                         # only the oldest
     [True],                                         # one unit in memory
 ])
-@pytest.mark.parametrize("rows", [1, 3, 16])
-def test_last_and_first_find_the_boundaries(present, rows):
-    settings = SearchSettings(rows_per_pass=rows)
+@pytest.mark.parametrize("tile", [1, 3, 4])
+def test_last_and_first_find_the_boundaries(present, tile):
+    settings = SearchSettings(rows_per_pass=16, tile_units=tile)
     last = search("last", len(present), oracle_of(present), settings)
     first = search("first", len(present), oracle_of(present), settings)
     assert last.index == max(i for i, p in enumerate(present) if p)
     assert first.index == min(i for i, p in enumerate(present) if p)
     assert last.yes_probability == first.yes_probability == 0.9
-    # a k-ary search: about log_(k+1) of the units in passes of k windows
-    passes = math.ceil(math.log(len(present) + 1, rows + 1))
-    assert last.windows_asked <= passes * rows + 1
+    # every tile once, then the units of the tile that holds the answer (a one-unit tile: none)
+    tiles = math.ceil(len(present) / tile)
+    holding = len(range(last.index // tile * tile, min(last.index // tile * tile + tile, len(present))))
+    assert last.windows_asked == tiles + (holding if holding > 1 else 0)
 
 
-def test_nothing_found_asks_one_pass():
-    found = search("last", 100, oracle_of([False] * 100), SearchSettings(rows_per_pass=8))
-    assert (found.index, found.windows_asked) == (-1, 9)  # 8 spread over the units, and the widest
+def test_nothing_found_asks_each_tile_once():
+    found = search("last", 100, oracle_of([False] * 100), SearchSettings(rows_per_pass=8, tile_units=4))
+    assert (found.index, found.windows_asked) == (-1, 25)
+
+
+def test_a_tile_that_says_yes_alone_is_passed_over_for_the_next():
+    """A false alarm: tile 20..23 says yes as a whole, none of its units does; the unit at 9 says
+    yes alone and is the answer."""
+    present = [False] * 30
+    present[9] = True
+
+    def oracle(windows):
+        return [0.9 if w == [20, 21, 22, 23] or any(present[u] for u in w) else 0.1 for w in windows]
+    found = search("last", 30, oracle, SearchSettings(tile_units=4))
+    assert found.index == 9
+    assert found.windows_asked == 8 + 4 + 4  # the tiles, the false alarm's units, the right tile's
+
+
+def test_windows_never_exceed_rows_per_pass_in_one_call():
+    calls = []
+
+    def oracle(windows):
+        calls.append(len(windows))
+        return [0.1] * len(windows)
+    search("first", 50, oracle, SearchSettings(rows_per_pass=7, tile_units=2))
+    assert max(calls) == 7 and sum(calls) == 25
 
 
 def test_the_timeline_refines_only_where_a_yes_may_be():
