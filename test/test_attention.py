@@ -69,3 +69,22 @@ def test_on_a_cpu_the_split_at_the_cache_equals_the_masked_softmax(monkeypatch):
     torch.testing.assert_close(split, masked, atol=1e-6, rtol=0)
     monkeypatch.setattr(attention, "cpu_attention_with_lse", lambda: None)  # a PyTorch without the kernel
     torch.testing.assert_close(cached_attention(q, k, v), masked, atol=1e-6, rtol=0)
+
+
+def test_rowwise_attention_equals_the_dense_masked_pass():
+    """Each row over only the keys it may see gives what one masked pass over every key gives, for
+    GQA heads, rows that see almost nothing and a row that sees every cached key."""
+    from streamcache_ros.engine.cache.attention import rowwise_attention  # noqa: PLC0415
+
+    torch.manual_seed(0)
+    cached, lengths = 40, [3, 5, 1, 4]
+    q_len = sum(lengths)
+    q = torch.randn(1, 4, q_len, 8)
+    k, v = torch.randn(1, 2, cached + q_len, 8), torch.randn(1, 2, cached + q_len, 8)
+    rows = torch.repeat_interleave(torch.arange(len(lengths)), torch.tensor(lengths))
+    windows = [torch.arange(cached) < 3, (torch.arange(cached) >= 10) & (torch.arange(cached) < 14),
+               torch.ones(cached, dtype=torch.bool), torch.arange(cached) == 39]
+    own = (rows[:, None] == rows[None, :]) & torch.ones(q_len, q_len, dtype=torch.bool).tril()
+    mask = torch.cat([torch.stack([windows[r] for r in rows.tolist()]), own], dim=1)
+    dense = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
+    assert torch.allclose(rowwise_attention(q, k, v, mask, rows), dense, atol=1e-6)

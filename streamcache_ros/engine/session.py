@@ -205,15 +205,11 @@ class Session:
             seen = self._select(camera, window or Window(), len(ids), 1)
             units = sorted(seen.units, key=lambda u: (min(self.ledger.units[u].stamps), u))
             found = when_search.search(mode, len(units), lambda windows: self.answering.yes([ids] * len(windows), [
-                [units[i] for i in w] for w in windows], seen.clock), self._search_settings())
+                [units[i] for i in w] for w in windows], seen.clock), when_search.SearchSettings.within(
+                self.config.rows_per_pass, self.config.chunk_frames // self.adapter.frames_per_unit))
             self.questions_answered += 1
         return when_search.answer(found, mode, [self.ledger.units[u] for u in units], window or Window(),
                                   (time.perf_counter() - started) * 1e3)
-
-    def _search_settings(self) -> when_search.SearchSettings:
-        """when's tiles are one chunk's units: the windows standing questions and training ask."""
-        tile = max(1, self.config.chunk_frames // self.adapter.frames_per_unit)
-        return when_search.SearchSettings.within(self.config.rows_per_pass, tile)
 
     def watch(self, questions: list[str], chunk: ChunkReport) -> list[WatchAnswer]:
         """Standing yes/no ``questions`` asked over the window of the chunk just encoded, in one pass,

@@ -45,7 +45,8 @@ class SearchSettings:
 
     @classmethod
     def within(cls, rows: int, tile_units: int = 4) -> "SearchSettings":
-        """The defaults, never more windows a pass than one forward pass takes (``rows``)."""
+        """The defaults, never more windows a pass than one forward pass takes (``rows``); the
+        Session's tiles are one chunk's units, the windows standing questions and training ask."""
         default = cls()
         return cls(min(default.rows_per_pass, rows), max(1, tile_units), default.tries,
                    min(default.coarse_windows, rows), default.refine_above)

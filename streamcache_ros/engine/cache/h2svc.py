@@ -175,7 +175,7 @@ class H2svcPolicy(CachePolicy):
             if rows is not None:  # several questions at once: one mask per query (rows.py)
                 mask = combine(rows.mask(group.store, new.clock), visible)
                 out[:, group.query_heads] = cached_attention(group_q, group.store.keys, group.store.values,
-                                                             query_mask=mask)
+                                                             query_mask=mask, query_rows=rows.rows)
                 continue
             if self.probe is not None:
                 self.probe.observe(layer, group.store, group_q, visible)

@@ -53,7 +53,8 @@ class LayerwisePolicy(CachePolicy):
         store = self.layers[layer]
         q = apply_rotary(q, cos, sin)
         if isinstance(key_filter, QueryRows):
-            return cached_attention(q, store.keys, store.values, query_mask=key_filter.mask(store, new.clock))
+            return cached_attention(q, store.keys, store.values, query_mask=key_filter.mask(store, new.clock),
+                                    query_rows=key_filter.rows)
         # a pass on a camera's clock sees only the prefix and that camera's tokens (clocks.py)
         key_mask = store.clock_mask(new.clock) if key_filter is None else store.visible(key_filter, new.clock)
         if self.probe is not None:
