@@ -40,6 +40,7 @@ from streamcache_ros.engine.adapters import ADAPTERS
 from streamcache_ros.engine.cache import PREFIX_UNIT, CacheGeometry, ChunkContext, NewTokens, make_policy
 from streamcache_ros.engine.cache.attention import resolve_backend
 from streamcache_ros.engine.cache.hermes_rules import guidance_prompts
+from streamcache_ros.engine.cache.positions import PositionRangeError
 from streamcache_ros.engine.cache.rope import RotarySpec
 from streamcache_ros.engine.cache.sap import HeadMap, split_counts
 from streamcache_ros.engine.guidance import GuidanceProvider
@@ -273,8 +274,12 @@ def stream(shape: Shape, variant: Variant, geo: CacheGeometry, provider: RandomG
         units = torch.arange(chunk * chunk_units, (chunk + 1) * chunk_units).repeat_interleave(shape.unit_tokens)
         chunk_ids = torch.full((rel.shape[1],), chunk)
         store, compress = common.Stopwatch(device), common.Stopwatch(device)
-        with compress:
-            policy.ensure_room(int(rel.max().item()) + 1)
+        try:
+            with compress:
+                policy.ensure_room(int(rel.max().item()) + 1)
+        except PositionRangeError as err:  # the full cache past the model's positions: computed from here
+            print(f"  {variant.label} stops after {chunk * args.chunk_frames} frames: {err}", flush=True)
+            return
         for start in range(0, rel.shape[1], step):
             part = slice(start, start + step)
             offset = rel[:, :start].max() + 1 if start else 0.0  # the session's rebasing of each step
