@@ -63,6 +63,7 @@ def main(argv=None) -> int:
     parser.add_argument("--policies", nargs="+", default=list(accuracy.POLICIES))
     parser.add_argument("--rows-per-pass", type=int, default=64)
     parser.add_argument("--name", default="when_cost")
+    parser.add_argument("--note", default="", help="what else ran on the machine, said in the JSON")
     add_common_args(parser)
     args = parser.parse_args(argv)
     adapter = accuracy.load(args.model)
@@ -93,7 +94,7 @@ def main(argv=None) -> int:
     path = write_json(args.name, {"model": args.model, "frames": args.frames, "question": question,
                                   "truth_frames": truth, "repeats": args.repeats, "rows_per_pass": args.rows_per_pass,
                                   "goals": GOALS, "rows": rows,
-                                  "note": "CPU, one run; other work (model training) may have run beside it"},
+                                  "note": args.note},
                       args.out, args.device)
     print(f"wrote {path}")
     return 0
