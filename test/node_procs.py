@@ -174,8 +174,10 @@ class Probe(OwnParticipant):
         super().__init__(f"test_probe_{os.getpid()}", domain)
         self.cond = threading.Condition()
 
-    def collect(self, msg_type, topic: str, qos, on_message=None) -> list:
-        """Messages on ``topic`` as they arrive (appended to the returned list)."""
+    def collect(self, msg_type, topic: str, qos, on_message=None, matched: bool = False) -> list:
+        """Messages on ``topic`` as they arrive (appended to the returned list). ``matched``: return
+        only once a publisher is matched, so that nothing published from then on is missed (a
+        volatile topic keeps nothing for a subscription that matches late)."""
         got: list = []
 
         def take(msg):
@@ -185,7 +187,13 @@ class Probe(OwnParticipant):
                     on_message(msg)
                 self.cond.notify_all()
 
-        self.node.create_subscription(msg_type, topic, take, qos)
+        subscription = self.node.create_subscription(msg_type, topic, take, qos)
+        if matched:
+            deadline = time.monotonic() + HANG_GUARD_S
+            while subscription.get_publisher_count() < 1:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"hang guard: no publisher matched on {topic} within {HANG_GUARD_S} s")
+                time.sleep(0.05)
         return got
 
     def wait_for(self, predicate, timeout: float = HANG_GUARD_S, what: str = "condition"):

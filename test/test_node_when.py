@@ -43,10 +43,11 @@ def node(domain):
 
 
 @pytest.fixture(scope="module")
-def events(probe):
+def events(probe, client):
+    """Every WatchEvent from the moment the node's publisher is matched (the node is up: client)."""
     from streamcache_ros_interfaces.msg import WatchEvent  # noqa: PLC0415
 
-    return probe.collect(WatchEvent, f"{NS}/watch_events", RELIABLE)
+    return probe.collect(WatchEvent, f"{NS}/watch_events", RELIABLE, matched=True)
 
 
 def test_when_refuses_an_empty_memory(client, events):
