@@ -301,17 +301,17 @@ class StreamFeed:
         self.last_seed = first_seed
 
     def take(self, progress: float):
-        """(seed, (frames, questions, the world's questions)); a stream that failed to render
-        raises here, as it would have without workers."""
+        """The next stream's (frames, questions, the world's questions), its seed in ``last_seed``;
+        a stream that failed to render raises here, as it would have without workers."""
         if self.pool is None:
             self.last_seed, self.next_seed = self.next_seed, self.next_seed + 1
-            return self.last_seed, sample_example(self.last_seed, progress, self.frames_per_unit)
+            return sample_example(self.last_seed, progress, self.frames_per_unit)
         while len(self.pending) < self.ahead:
             self.pending.append((self.next_seed, self.pool.apply_async(
                 sample_example, (self.next_seed, progress, self.frames_per_unit))))
             self.next_seed += 1
         self.last_seed, result = self.pending.popleft()
-        return self.last_seed, result.get(timeout=600)  # a worker that cannot start must not hang the run
+        return result.get(timeout=600)  # a worker that cannot start must not hang the run
 
     def close(self) -> None:
         if self.pool is not None:
@@ -518,7 +518,7 @@ def streams_stage(run: Run, head: FrameHead) -> dict:
         for _ in range(args.accumulate):
             state["streams"] += 1
             try:
-                frames, asked, _ = feed.take(progress)[1]
+                frames, asked, _ = feed.take(progress)
                 example = lay_out_example(adapter, frames, asked, CHUNK_FRAMES)
             except Exception as err:  # noqa: BLE001 - one bad stream must not end an hour's run
                 run.write({"step": state["step"], "skipped_stream": feed.last_seed, "error": f"{type(err).__name__}: {err}"})
