@@ -189,17 +189,19 @@ class Probe(OwnParticipant):
 
         subscription = self.node.create_subscription(msg_type, topic, take, qos)
         if matched:
-            deadline = time.monotonic() + HANG_GUARD_S
-            while subscription.get_publisher_count() < 1:
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"hang guard: no publisher matched on {topic} within {HANG_GUARD_S} s")
-                time.sleep(0.05)
+            self.wait_for(lambda: subscription.get_publisher_count() >= 1, what=f"publisher matched on {topic}")
         return got
 
     def wait_for(self, predicate, timeout: float = HANG_GUARD_S, what: str = "condition"):
+        """Until ``predicate()`` holds: re-checked on every message collected and every 50 ms, since
+        graph state (a match, a subscription count) changes without a message to wake it."""
+        deadline = time.monotonic() + timeout
         with self.cond:
-            if not self.cond.wait_for(predicate, timeout):
-                raise TimeoutError(f"hang guard: no {what} within {timeout} s")
+            while not predicate():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError(f"hang guard: no {what} within {timeout} s")
+                self.cond.wait(min(left, 0.05))
 
     def call(self, srv_type, name: str, request):
         """The reply of service ``name`` to ``request``, polled (no message of ours wakes ``cond`` for it)."""
