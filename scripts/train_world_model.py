@@ -177,10 +177,23 @@ TRAINED_KINDS = world.OPTION_KINDS
 WINDOW_SHARE = 0.4  # of a stream's questions, asked over a time window
 
 
-def stream_length(rng: np.random.Generator, progress: float) -> int:
-    """A curriculum: streams of 4-16 frames first, so the vision tower and the question's attention
+CURRICULA = ("grow", "long")
+# the "long" curriculum's weights: the kinds that stayed short after a "grow" run (before_color, moved,
+# first_shape at 128 frames; docs/world-models.md) are asked more, now_count (always right) less
+KIND_WEIGHTS = {"grow": {"now_count": 0.5},
+                "long": {"now_count": 0.5, "before_color": 2.0, "moved": 2.0, "first_shape": 1.5}}
+
+
+def stream_length(rng: np.random.Generator, progress: float, curriculum: str = "grow") -> int:
+    """``grow``: streams of 4-16 frames first, so the vision tower and the question's attention
     learn to read one frame (cheap, many steps); then the longest stream grows to 512 frames by 70%
-    of the run, lengths drawn log-uniformly so short streams stay common."""
+    of the run, lengths drawn log-uniformly so short streams stay common.
+    ``long``, to continue a model that has had a ``grow`` run: half the streams 128-512 frames (a
+    ``grow`` run meets them only in its last third, and its answers fade with length), the other half
+    4-512 so short streams are not forgotten."""
+    if curriculum == "long":
+        shortest = 128 if rng.random() < 0.5 else 4
+        return int(np.exp(rng.uniform(np.log(shortest), np.log(513))))
     grow = min(1.0, max(0.0, (progress - 0.15) / 0.55))
     longest = int(16 * (512 / 16) ** grow)
     return int(np.exp(rng.uniform(np.log(4), np.log(longest + 1))))
@@ -215,11 +228,12 @@ def random_window(rng: np.random.Generator, units: list[tuple[int, ...]], frames
     return units[first][0], units[first + length - 1][-1]
 
 
-def sample_example(seed: int, progress: float, frames_per_unit: int, questions_per_stream: int = 12):
+def sample_example(seed: int, progress: float, frames_per_unit: int, questions_per_stream: int = 12,
+                   curriculum: str = "grow"):
     """(frames, questions, the world's questions) of one seeded training stream; about
     WINDOW_SHARE of the questions are asked over a time window."""
     rng = np.random.default_rng((seed, 7))
-    length = stream_length(rng, progress)
+    length = stream_length(rng, progress, curriculum)
     look = world.random_look(rng)
     if length > 48 and look.width * look.height > 320 * 240:
         # long streams at the cheaper sizes (rendering dominates); short ones cover the whole range
@@ -242,17 +256,18 @@ def sample_example(seed: int, progress: float, frames_per_unit: int, questions_p
             windowed += stream.window_questions(n, first, last, rng, kinds)
     # long-memory and rarer kinds are worth more than another now_count
     want_windowed = min(len(windowed), int(round(WINDOW_SHARE * questions_per_stream)))
-    asked = (_pick(rng, windowed, want_windowed)
-             + _pick(rng, plain, min(len(plain), questions_per_stream - want_windowed)))
+    weights = KIND_WEIGHTS[curriculum]
+    asked = (_pick(rng, windowed, want_windowed, weights)
+             + _pick(rng, plain, min(len(plain), questions_per_stream - want_windowed), weights))
     asked.sort(key=lambda q: q.after_frames)
     frames = [stream.frame(i) for i in range(length)]
     return frames, [AskedQuestion(q.after_frames, q.text, q.options, q.answer, q.window) for q in asked], asked
 
 
-def _pick(rng: np.random.Generator, pool: list, count: int) -> list:
+def _pick(rng: np.random.Generator, pool: list, count: int, kind_weights: dict[str, float]) -> list:
     if not count:
         return []
-    weights = np.asarray([0.5 if q.kind == "now_count" else 1.0 for q in pool])
+    weights = np.asarray([kind_weights.get(q.kind, 1.0) for q in pool])
     return [pool[i] for i in rng.choice(len(pool), size=count, replace=False, p=weights / weights.sum())]
 
 
@@ -293,8 +308,8 @@ class StreamFeed:
     the rendering, not the model, is what a step waits for); each is drawn at the schedule's
     progress when it was asked for, a few streams early."""
 
-    def __init__(self, first_seed: int, frames_per_unit: int, workers: int):
-        self.next_seed, self.frames_per_unit = first_seed, frames_per_unit
+    def __init__(self, first_seed: int, frames_per_unit: int, workers: int, curriculum: str = "grow"):
+        self.next_seed, self.frames_per_unit, self.curriculum = first_seed, frames_per_unit, curriculum
         self.pool = multiprocessing.get_context("spawn").Pool(workers) if workers else None
         self.ahead = 2 * workers
         self.pending: collections.deque = collections.deque()
@@ -305,10 +320,10 @@ class StreamFeed:
         a stream that failed to render raises here, as it would have without workers."""
         if self.pool is None:
             self.last_seed, self.next_seed = self.next_seed, self.next_seed + 1
-            return sample_example(self.last_seed, progress, self.frames_per_unit)
+            return sample_example(self.last_seed, progress, self.frames_per_unit, curriculum=self.curriculum)
         while len(self.pending) < self.ahead:
             self.pending.append((self.next_seed, self.pool.apply_async(
-                sample_example, (self.next_seed, progress, self.frames_per_unit))))
+                sample_example, (self.next_seed, progress, self.frames_per_unit), {"curriculum": self.curriculum})))
             self.next_seed += 1
         self.last_seed, result = self.pending.popleft()
         return result.get(timeout=600)  # a worker that cannot start must not hang the run
@@ -500,7 +515,8 @@ def streams_stage(run: Run, head: FrameHead) -> dict:
     pool = FramePool(adapter, TRAIN_SEED + 60_000_000 + args.seed * 1_000_000, 1024) if args.aux_frames else None
     run.write({"event": "streams start", "family": args.family, "seed": args.seed, "threads": args.threads,
                "params": sum(p.numel() for p in model.parameters()), **state})
-    feed = StreamFeed(TRAIN_SEED + args.seed * 10_000_000 + state["streams"], adapter.frames_per_unit, args.workers)
+    feed = StreamFeed(TRAIN_SEED + args.seed * 10_000_000 + state["streams"], adapter.frames_per_unit, args.workers,
+                      args.curriculum)
     last_save = last_eval = time.perf_counter()
     losses, hits, aux = [], [], []
 
@@ -594,6 +610,10 @@ def main() -> None:
     parser.add_argument("--work", type=pathlib.Path, help="log and checkpoint folder (default: data/train-<family>)")
     parser.add_argument("--init-from", type=pathlib.Path, help="start from this model folder instead of new weights")
     parser.add_argument("--stages", default="vision,streams", help="which stages run, in order")
+    parser.add_argument("--curriculum", choices=CURRICULA, default="grow",
+                        help="streams: how stream lengths and question kinds are drawn (long: to continue a trained model)")
+    parser.add_argument("--frame-head", type=pathlib.Path, help="streams: start the frame head from this file "
+                        "(a frame_head.pt, or a run's checkpoint.pt)")
     parser.add_argument("--vision-minutes", type=float, default=20.0, help="vision stage: CPU-minutes per thread")
     parser.add_argument("--minutes", type=float, default=100.0, help="streams stage: CPU-minutes per thread")
     parser.add_argument("--wall-minutes", type=float, default=None, help="a cap on the whole run's wall time")
@@ -633,7 +653,10 @@ def main() -> None:
     if "streams" not in stages:
         return
     head = new_frame_head(adapter)
-    if (vision_dir / "frame_head.pt").exists():
+    if args.frame_head:  # a trained model's own head, so the frame targets do not start from noise
+        saved = torch.load(args.frame_head, weights_only=False, map_location=adapter.device)
+        head.load_state_dict(saved.get("head", saved))
+    elif (vision_dir / "frame_head.pt").exists():
         head.load_state_dict(torch.load(vision_dir / "frame_head.pt", map_location=adapter.device))
     record = streams_stage(run, head)
     vision_record = {}
@@ -641,6 +664,8 @@ def main() -> None:
         vision_record = json.loads((vision_dir / "training.json").read_text())
     save_model(adapter, init_dir, out, {"family": args.family, "seed": args.seed, "threads": args.threads,
                                         "device": str(adapter.device), "init_from": str(args.init_from or "new"),
+                                        "curriculum": args.curriculum, "kind_weights": KIND_WEIGHTS[args.curriculum],
+                                        "peak_lr": args.lr,
                                         "vision": vision_record, "streams": record})
     print(f"wrote {out}", flush=True)
 

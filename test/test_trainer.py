@@ -48,6 +48,33 @@ def test_the_warm_up_starts_again_with_a_fresh_optimizer(trainer):
     assert trainer.lr_at(3e-4, 0, 0.6) < 0.02 * trainer.lr_at(3e-4, 5000, 0.6)
 
 
+def test_the_long_curriculum_draws_long_streams_from_the_start(trainer):
+    """At the start of a run "grow" stays at 16 frames or fewer; "long" draws half its streams from
+    128-512 frames and never past 512."""
+    rng = np.random.default_rng(0)
+    grow = [trainer.stream_length(rng, 0.0, "grow") for _ in range(400)]
+    long = [trainer.stream_length(rng, 0.0, "long") for _ in range(400)]
+    assert max(grow) <= 16
+    assert min(long) >= 4 and max(long) <= 512
+    assert 0.4 < np.mean([n >= 128 for n in long]) < 0.75
+
+
+def test_the_long_curriculum_asks_the_rare_kinds_more(trainer):
+    """From one pool of questions, one of each kind, the kinds weighted up under "long" are picked
+    more often than under "grow", and now_count less than the rest under both."""
+    pool = [types.SimpleNamespace(kind=k) for k in trainer.TRAINED_KINDS]
+    rare = ("before_color", "moved", "first_shape")
+
+    def shares(curriculum):
+        rng = np.random.default_rng(0)
+        picked = [q.kind for _ in range(2000)
+                  for q in trainer._pick(rng, pool, 3, trainer.KIND_WEIGHTS[curriculum])]
+        return np.mean([k in rare for k in picked]), np.mean([k == "now_count" for k in picked])
+    (rare_grow, count_grow), (rare_long, count_long) = shares("grow"), shares("long")
+    assert rare_long > rare_grow + 0.05
+    assert count_grow < 0.9 / len(pool) and count_long < 0.9 / len(pool)  # 1 / len(pool) if unweighted
+
+
 @pytest.mark.timeout(300)
 def test_workers_render_the_same_streams_in_the_same_order(trainer):
     serial = trainer.StreamFeed(trainer.TRAIN_SEED, 1, workers=0)
