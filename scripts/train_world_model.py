@@ -658,15 +658,17 @@ def main() -> None:
         head.load_state_dict(saved.get("head", saved))
     elif (vision_dir / "frame_head.pt").exists():
         head.load_state_dict(torch.load(vision_dir / "frame_head.pt", map_location=adapter.device))
-    record = streams_stage(run, head)
+    streams_record = streams_stage(run, head)
     vision_record = {}
     if (vision_dir / "training.json").exists():
         vision_record = json.loads((vision_dir / "training.json").read_text())
-    save_model(adapter, init_dir, out, {"family": args.family, "seed": args.seed, "threads": args.threads,
-                                        "device": str(adapter.device), "init_from": str(args.init_from or "new"),
-                                        "curriculum": args.curriculum, "kind_weights": KIND_WEIGHTS[args.curriculum],
-                                        "peak_lr": args.lr,
-                                        "vision": vision_record, "streams": record})
+    record = {"family": args.family, "seed": args.seed, "threads": args.threads, "device": str(adapter.device),
+              "init_from": str(args.init_from or "new"), "curriculum": args.curriculum,
+              "kind_weights": KIND_WEIGHTS[args.curriculum], "peak_lr": args.lr,
+              "vision": vision_record, "streams": streams_record}
+    if args.init_from and (args.init_from / "training.json").exists():  # how the starting weights were made
+        record["continued_from"] = json.loads((args.init_from / "training.json").read_text())
+    save_model(adapter, init_dir, out, record)
     print(f"wrote {out}", flush=True)
 
 
