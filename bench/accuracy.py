@@ -670,8 +670,9 @@ def node_only(args, head_map_path: str, name: str) -> int:
 def checked_node(args, head_map_path: str) -> dict:
     """node_check, or the reason it failed: the tables above are kept either way."""
     try:
-        return node_check(args.model, args.node_policy, args.node_streams, 64, args.fraction, head_map_path,
-                          ROOT / "bench" / "results" / "accuracy-node")
+        # a folder per model: two models checked side by side must not share bags
+        work = ROOT / "bench" / "results" / f"accuracy-node-{pathlib.Path(args.model).name}"
+        return node_check(args.model, args.node_policy, args.node_streams, 64, args.fraction, head_map_path, work)
     except Exception as err:  # noqa: BLE001 - reported in the JSON, the session tables still written
         return {"error": f"{type(err).__name__}: {err}"}
 
