@@ -85,34 +85,46 @@ def test_no_frame_is_lost_while_the_subscription_changes(probe):
     best-effort subscription to a reliable one meanwhile, and every frame is acknowledged once (taken
     or skipped by the sampler): none lost between the two subscriptions, none taken from both. The
     rate leaves the sensor-data depth (5 frames) half a second of slack, so a busy machine is not
-    mistaken for a lost frame."""
+    mistaken for a lost frame. Counted from the first frame acknowledged: one sent while discovery is
+    still matching the node's best-effort reader can be lost on the wire (it was, once in a suite run)."""
     acks = probe.collect(Header, f"{NS}/frame_acks", QoSProfile(depth=1000, reliability=RELIABLE))
     probe.wait_for(lambda: probe.node.count_subscribers(f"{NS}/frame_acks") >= 1 and
                    probe.node.count_publishers(f"{NS}/frame_acks") >= 1, what="the ack topic")
     wait_said(probe, STEADY, "best effort: no publisher yet")
     camera = probe.node.create_publisher(Image, STEADY, QoSProfile(depth=100, reliability=RELIABLE))
     probe.wait_for(lambda: camera.get_subscription_count() >= 1, what="the node's first subscription")
-    sent, changed_at = [], None
     frame = Image(height=48, width=64, encoding="rgb8", step=64 * 3, data=bytes(64 * 48 * 3))
-    # until the node has been reliable for 2 s: the old subscription overlaps the new one for a second
-    while changed_at is None or len(sent) < changed_at + 20:
-        frame.header.stamp.sec, frame.header.stamp.nanosec = divmod(10**9 + len(sent) * 100_000_000, 10**9)
+    stamps = iter(range(10**9, 10**12, 100_000_000))
+
+    def publish() -> int:
+        frame.header.stamp.sec, frame.header.stamp.nanosec = divmod(next(stamps), 10**9)
         camera.publish(frame)
-        sent.append(stamp_ns(frame.header.stamp))
         time.sleep(0.1)
-        if changed_at is None and subscribed_with(probe, STEADY) == [RELIABLE]:
-            changed_at = len(sent)
-        assert len(sent) < 600, "the node never moved to a reliable subscription"
+        return stamp_ns(frame.header.stamp)
 
     def acked():
         return [stamp_ns(a.stamp) for a in acks if a.frame_id == STEADY]
+
+    # the writer sees the match before the node's best-effort reader may have: a frame sent in that
+    # moment is lost on the wire, not by the node. So frames count once one has been acknowledged.
+    warm_up = [publish()]
+    while not acked():
+        warm_up.append(publish())
+        assert len(warm_up) < 300, "no frame acknowledged in 30 s"
+    sent, changed_at = [], None
+    # until the node has been reliable for 2 s: the old subscription overlaps the new one for a second
+    while changed_at is None or len(sent) < changed_at + 20:
+        sent.append(publish())
+        if changed_at is None and subscribed_with(probe, STEADY) == [RELIABLE]:
+            changed_at = len(sent)
+        assert len(sent) < 600, "the node never moved to a reliable subscription"
 
     try:
         probe.wait_for(lambda: set(acked()) >= set(sent), timeout=60, what="an ack for every frame sent")
     except TimeoutError:
         missing = [i for i, stamp in enumerate(sent) if stamp not in set(acked())]
         pytest.fail(f"frames {missing} of {len(sent)} never acknowledged (reliable from frame {changed_at} on)")
-    assert sorted(acked()) == sent  # none twice
+    assert sorted(s for s in acked() if s > warm_up[-1]) == sent  # none twice
     probe.node.destroy_publisher(camera)
 
 
