@@ -177,11 +177,12 @@ TRAINED_KINDS = world.OPTION_KINDS
 WINDOW_SHARE = 0.4  # of a stream's questions, asked over a time window
 
 
-CURRICULA = ("grow", "long")
-# the "long" curriculum's weights: the kinds that stayed short after a "grow" run (before_color, moved,
-# first_shape at 128 frames; docs/world-models.md) are asked more, now_count (always right) less
+# each curriculum's question-kind weights (stream lengths: stream_length). Under "long" the kinds that
+# stayed short after a "grow" run (before_color, moved, first_shape at 128 frames; docs/world-models.md)
+# are asked more; under both, now_count (always right) less
 KIND_WEIGHTS = {"grow": {"now_count": 0.5},
                 "long": {"now_count": 0.5, "before_color": 2.0, "moved": 2.0, "first_shape": 1.5}}
+CURRICULA = tuple(KIND_WEIGHTS)
 
 
 def stream_length(rng: np.random.Generator, progress: float, curriculum: str = "grow") -> int:
