@@ -181,8 +181,14 @@ WINDOW_SHARE = 0.4  # of a stream's questions, asked over a time window
 # stayed short after a "grow" run (before_color, moved, first_shape at 128 frames; docs/world-models.md)
 # are asked more; under both, now_count (always right) less
 KIND_WEIGHTS = {"grow": {"now_count": 0.5},
-                "long": {"now_count": 0.5, "before_color": 2.0, "moved": 2.0, "first_shape": 1.5}}
+                "long": {"now_count": 0.5, "before_color": 2.0, "moved": 2.0, "first_shape": 1.5},
+                "honest": {"now_count": 0.5, "before_color": 2.0, "moved": 2.0, "first_shape": 1.5}}
 CURRICULA = tuple(KIND_WEIGHTS)
+# "honest" (docs/world-models.md "Free text, hard negatives, comparisons"): streams drawn as under
+# "long", and besides the option questions
+FREE_TEXT_SHARE = 0.3  # of the questions asked without options: the target is the answer's word
+HARD_NEGATIVES_PER_POINT = 1  # windowed seen, no, about an identity sharing a colour or a shape in view
+COMPARISONS_PER_POINT = 1  # moved / before_color over a short window around the event
 
 
 def stream_length(rng: np.random.Generator, progress: float, curriculum: str = "grow") -> int:
@@ -192,7 +198,7 @@ def stream_length(rng: np.random.Generator, progress: float, curriculum: str = "
     ``long``, to continue a model that has had a ``grow`` run: half the streams 128-512 frames (a
     ``grow`` run meets them only in its last third, and its answers fade with length), the other half
     4-512 so short streams are not forgotten."""
-    if curriculum == "long":
+    if curriculum in ("long", "honest"):
         shortest = 128 if rng.random() < 0.5 else 4
         return int(np.exp(rng.uniform(np.log(shortest), np.log(513))))
     grow = min(1.0, max(0.0, (progress - 0.15) / 0.55))
@@ -231,8 +237,9 @@ def random_window(rng: np.random.Generator, units: list[tuple[int, ...]], frames
 
 def sample_example(seed: int, progress: float, frames_per_unit: int, questions_per_stream: int = 12,
                    curriculum: str = "grow"):
-    """(frames, questions, the world's questions) of one seeded training stream; about
-    WINDOW_SHARE of the questions are asked over a time window."""
+    """(frames, questions, their labels) of one seeded training stream; about WINDOW_SHARE of the
+    questions are asked over a time window. Under "honest", hard negatives and comparisons join the
+    windowed pool, and FREE_TEXT_SHARE of the questions lose their options."""
     rng = np.random.default_rng((seed, 7))
     length = stream_length(rng, progress, curriculum)
     look = world.random_look(rng)
@@ -255,6 +262,13 @@ def sample_example(seed: int, progress: float, frames_per_unit: int, questions_p
             # seen is what a window is asked most (the when search, standing questions)
             kinds = ("seen",) if rng.random() < 0.5 else world.WINDOW_KINDS
             windowed += stream.window_questions(n, first, last, rng, kinds)
+        if curriculum == "honest":
+            for _ in range(HARD_NEGATIVES_PER_POINT):
+                first, last = random_window(rng, before, frames_per_unit)
+                hard = world.ask_seen_hard_negative(stream, n, first, last, rng)
+                windowed += [hard] if hard is not None else []
+            for _ in range(COMPARISONS_PER_POINT):
+                windowed += world.comparison_questions(stream, n, rng)
     # long-memory and rarer kinds are worth more than another now_count
     want_windowed = min(len(windowed), int(round(WINDOW_SHARE * questions_per_stream)))
     weights = KIND_WEIGHTS[curriculum]
@@ -262,7 +276,10 @@ def sample_example(seed: int, progress: float, frames_per_unit: int, questions_p
              + _pick(rng, plain, min(len(plain), questions_per_stream - want_windowed), weights))
     asked.sort(key=lambda q: q.after_frames)
     frames = [stream.frame(i) for i in range(length)]
-    return frames, [AskedQuestion(q.after_frames, q.text, q.options, q.answer, q.window) for q in asked], asked
+    free = [curriculum == "honest" and rng.random() < FREE_TEXT_SHARE for _ in asked]
+    questions = [AskedQuestion(q.after_frames, q.text, [] if f else q.options, q.answer, q.window)
+                 for q, f in zip(asked, free)]
+    return frames, questions, [label(q, f) for q, f in zip(asked, free)]
 
 
 def _pick(rng: np.random.Generator, pool: list, count: int, kind_weights: dict[str, float]) -> list:
@@ -272,9 +289,12 @@ def _pick(rng: np.random.Generator, pool: list, count: int, kind_weights: dict[s
     return [pool[i] for i in rng.choice(len(pool), size=count, replace=False, p=weights / weights.sum())]
 
 
-def label(question) -> str:
-    """A question's kind as the log reports it: windowed questions apart."""
-    return f"{question.kind}@window" if question.window else question.kind
+def label(question, free_text: bool = False) -> str:
+    """A question's kind as the log reports it: windowed and free-text questions apart, and the
+    questions a trainer drew for a purpose (hard negatives, comparisons) apart again."""
+    name = f"{question.kind}@window" if question.window else question.kind
+    name = f"{name}@{question.tag}" if question.tag else name
+    return f"{name}@free" if free_text else name
 
 
 class FramePool:
@@ -370,15 +390,15 @@ def lr_at(peak: float, step: int, progress: float, warmup: int = 100) -> float:
 
 
 # -- evaluation --------------------------------------------------------------------------------------
-def evaluate(adapter, seeds: list[int]) -> dict:
+def evaluate(adapter, seeds: list[int], curriculum: str = "grow") -> dict:
     adapter.model.eval()
     per_kind: dict[str, list[bool]] = {}
     with torch.no_grad():
         for seed in seeds:
-            frames, asked, raw = sample_example(seed, 1.0, adapter.frames_per_unit)
+            frames, asked, labels = sample_example(seed, 1.0, adapter.frames_per_unit, curriculum=curriculum)
             _, correct = example_loss(adapter, lay_out_example(adapter, frames, asked, CHUNK_FRAMES))
-            for q, ok in zip(raw, correct):
-                per_kind.setdefault(label(q), []).append(ok)
+            for name, ok in zip(labels, correct):
+                per_kind.setdefault(name, []).append(ok)
     adapter.model.train()
     total = [ok for oks in per_kind.values() for ok in oks]
     return {"accuracy": round(float(np.mean(total)), 4) if total else 0.0,
@@ -560,14 +580,15 @@ def streams_stage(run: Run, head: FrameHead) -> dict:
             losses, hits, aux = [], [], []
         now = time.perf_counter()
         if now - last_eval > args.eval_every * 60:
-            run.write({"stage": "streams", "step": state["step"], "held_out": evaluate(adapter, held_out)})
+            run.write({"stage": "streams", "step": state["step"],
+                       "held_out": evaluate(adapter, held_out, args.curriculum)})
             last_eval = time.perf_counter()
         if now - last_save > 180:
             save()
             last_save = now
     feed.close()
     save()
-    final = evaluate(adapter, held_out)
+    final = evaluate(adapter, held_out, args.curriculum)
     run.write({"event": "streams done", "step": state["step"], "cpu_minutes": round(budget.used / 60, 2),
                "held_out": final})
     return {"steps": state["step"], "streams": state["streams"], "cpu_minutes": round(budget.used / 60, 1),

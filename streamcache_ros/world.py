@@ -114,6 +114,9 @@ class Question:
     # a time window (frame indices, both inside): the question is answered as if the stream were
     # these frames (docs/world.md "Windows"); None: the whole stream so far
     window: tuple[int, int] | None = None
+    # how a trainer drew it, where that is not its kind: "hard" (a hard negative), "compare" (a
+    # comparison window); "" for the world's own questions
+    tag: str = ""
 
     @property
     def answer(self) -> str:
@@ -557,6 +560,49 @@ def ask_seen_in_window(stream, n, first, last, rng):
     options, answer = _shuffled(["yes", "no"] if want_yes else ["no", "yes"], rng)
     evidence = [i for i in range(first, last + 1) if any(v.identity == (shape, colour) for v in stream.truth[i])]
     return Question("seen", QUESTION_TEXT["seen"].format(colour=colour, shape=shape), options, answer, n, evidence)
+
+
+def ask_seen_hard_negative(stream, n, first, last, rng):
+    """seen over the window ``first`` .. ``last``, answered no, about an identity that shares its
+    colour or its shape with one in view inside the window: a model that reads colour and shape
+    apart, without binding them, says yes here (docs/world-models.md "Hard negatives")."""
+    everything = {(s, c) for s in SHAPES for c in COLOUR_NAMES}
+    inside = {v.identity for f in stream.truth[first:last + 1] for v in f}
+    near = sorted(i for i in everything - inside if any(i[0] == s or i[1] == c for s, c in inside))
+    if not near:
+        return None
+    shape, colour = near[int(rng.integers(len(near)))]
+    options, answer = _shuffled(["no", "yes"], rng)
+    return Question("seen", QUESTION_TEXT["seen"].format(colour=colour, shape=shape), options, answer, n, [],
+                    window=(first, last), tag="hard")
+
+
+def comparison_questions(stream, n, rng, margin: int = 3) -> list[Question]:
+    """``moved`` and ``before_color`` over a short window around one move and one recolour that
+    ended before frame ``n``: the two moments the answer compares, and little else, so a model is
+    taught the comparison itself (docs/world-models.md "Comparisons"). Answered as any windowed
+    question is, from the window's own frames."""
+    out = []
+    moves = [m for m in stream.moves if m.last_frame < n - 1]
+    recolours = [r for r in stream.recolours if 0 < r.frame < n - 1]
+    spans = []
+    if moves:
+        m = moves[int(rng.integers(len(moves)))]
+        spans.append(("moved", m.first_frame - 1, m.last_frame))
+    if recolours:
+        r = recolours[int(rng.integers(len(recolours)))]
+        spans.append(("before_color", r.frame - 1, r.frame))
+    for kind, start, end in spans:
+        first = max(0, start - int(rng.integers(0, margin + 1)))
+        last = min(n - 1, end + int(rng.integers(0, margin + 1)))
+        view = stream.window_view(first, last)
+        q = ASKERS[kind](view, len(view), rng)
+        if q is None:
+            continue
+        q.after_frames, q.window, q.tag = n, (first, last), "compare"
+        q.evidence_frames = [first + f for f in q.evidence_frames]
+        out.append(q)
+    return out
 
 
 def ask_before_color(stream, n, rng):

@@ -247,3 +247,40 @@ def test_world_frames_are_one_fixed_stream_at_any_allowed_size():
             world.world_frame(0, height, width)
     with pytest.raises(ValueError):
         world.world_frame(-1)
+
+
+def test_hard_negatives_share_a_colour_or_a_shape_with_what_is_in_the_window(streams):
+    """A hard negative is a 'no' about an identity absent from the window whose colour or shape is
+    in view there: what a model that does not bind colour to shape gets wrong."""
+    rng = np.random.default_rng(3)
+    asked = 0
+    for stream in streams:
+        for first, last in ((0, 7), (20, 31), (40, 47)):
+            q = world.ask_seen_hard_negative(stream, 64, first, last, rng)
+            if q is None:
+                continue
+            asked += 1
+            inside = {v.identity for f in stream.truth[first:last + 1] for v in f}
+            colour, shape = q.text[len("Did you see a "):-1].split(" ")
+            assert (shape, colour) not in inside and q.answer == "no" and q.window == (first, last)
+            assert any(shape == s or colour == c for s, c in inside)
+    assert asked > 60
+
+
+def test_comparison_windows_hold_the_event_and_answer_from_it(streams):
+    """moved and before_color asked over a short window around the event answer as the window's own
+    frames say (the move's direction, the colour just before the recolour)."""
+    rng = np.random.default_rng(4)
+    kinds = set()
+    for stream in streams:
+        for q in world.comparison_questions(stream, 160, rng):
+            kinds.add(q.kind)
+            first, last = q.window
+            assert last < 160 and last - first <= 2 * 3 + 8 + 1
+            if q.kind == "moved":
+                move = next(m for m in stream.moves if first <= m.first_frame and m.last_frame <= last)
+                assert q.answer == move.direction
+            else:
+                change = [r for r in stream.recolours if first < r.frame <= last][-1]
+                assert q.answer == change.before
+    assert kinds == {"moved", "before_color"}
