@@ -6,7 +6,7 @@ token layout it is later asked in (docs/world-models.md, "One layout"):
 
 - the text prompts (system prefix, question, the multiple-choice layout of the model's folder);
 - when frames become a chunk: ``chunk_frames`` per camera, and a partial chunk whenever a question
-  flushes the queue (``ChunkQueue``);
+  flushes the queue (``stream_chunks``, with the queue the Session keeps, chunk_queue.py);
 - which frames make a stream unit (Qwen2.5-VL pairs frames; an odd last frame is repeated);
 - positions: a chunk or a question starts at the cache's max position + 1 over every axis, chunk
   tokens keep their relative layout (Qwen's M-RoPE with its temporal stride), text advances one
@@ -15,15 +15,19 @@ token layout it is later asked in (docs/world-models.md, "One layout"):
   itself, never another question; the stream never sees a question. A question over a time
   window sees the prefix and only the units of the window (``window_key_mask``).
 
-No model, no policy here: torch tensors and lists only.
+No model, no policy here: torch tensors and lists only (positions and unit ids as the cache
+keeps them: cache/positions.py, cache/units.py).
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Generic, TypeVar
 
 import torch
+
+from .cache.positions import next_offset
+from .cache.units import PREFIX_UNIT
+from .chunk_queue import ChunkQueue
 
 # The question layout of HERMES's reference (docs/hermes.md, "Prompts"): no newline after
 # <|im_end|>, the query tokenised as it is.
@@ -56,38 +60,6 @@ def question_prompt(question: str, options: list[str], style: str = "letter") ->
 
 
 # -- chunks and units ------------------------------------------------------------------------------
-Item = TypeVar("Item")
-
-
-class ChunkQueue(Generic[Item]):
-    """Frames waiting for their chunk, per camera: ``push`` returns a full chunk of ``chunk_frames``;
-    ``flush`` (a question is asked) returns every camera's partial chunk."""
-
-    def __init__(self, chunk_frames: int):
-        if chunk_frames < 1:
-            raise ValueError(f"chunk_frames must be >= 1, got {chunk_frames}")
-        self.chunk_frames = chunk_frames
-        self.pending: dict[str, list[Item]] = {}
-
-    def push(self, camera: str, item: Item) -> list[Item] | None:
-        queue = self.pending.setdefault(camera, [])
-        queue.append(item)
-        if len(queue) < self.chunk_frames:
-            return None
-        return self.pending.pop(camera)
-
-    def flush(self) -> list[tuple[str, list[Item]]]:
-        batches = [(camera, batch) for camera, batch in self.pending.items() if batch]
-        self.pending.clear()
-        return batches
-
-    def clear(self) -> None:
-        self.pending.clear()
-
-    def __len__(self) -> int:
-        return sum(len(q) for q in self.pending.values())
-
-
 def stream_chunks(num_frames: int, question_points: list[int], chunk_frames: int) -> list[range]:
     """The chunks one camera's ``num_frames`` frames become when questions are asked after
     ``question_points`` frames (each question first encodes the frames queued so far)."""
@@ -116,12 +88,6 @@ def padded_members(members: tuple[int, ...], frames_per_unit: int) -> list[int]:
 
 
 # -- positions -------------------------------------------------------------------------------------
-def next_offset(positions: torch.Tensor) -> float:
-    """Where the next chunk, question or token starts: the max position over every axis + 1 (0 for
-    an empty cache)."""
-    return float(positions.max().item()) + 1.0 if positions.numel() else 0.0
-
-
 def text_positions(count: int, axes: int, start: float = 0.0, device=None) -> torch.Tensor:
     """[axes, count]: text advances one position per token, every M-RoPE axis equal."""
     row = torch.arange(count, dtype=torch.float32, device=device) + start
@@ -149,8 +115,6 @@ def window_key_mask(token_units: torch.Tensor, visible_units) -> torch.Tensor:
     """[K] bool: the keys a question over a time window may attend to, given each key's unit id:
     the prefix and the tokens of the window's units; nothing else (docs/interfaces.md "Time
     windows and evidence"). The Session's cache applies the same rule (``KVStore.visible``)."""
-    from .cache.units import PREFIX_UNIT  # noqa: PLC0415 - the cache imports this module
-
     units = torch.as_tensor(sorted(int(u) for u in visible_units), dtype=torch.long)
     return (token_units == PREFIX_UNIT) | torch.isin(token_units, units.to(token_units.device))
 
@@ -213,8 +177,6 @@ def lay_out_stream(prefix_len: int, chunk_positions: list[torch.Tensor], questio
     if any(seg.window_units is not None for seg in segments):
         if chunk_units is None or len(chunk_units) != len(chunk_positions):
             raise ValueError("windowed questions need every chunk token's unit (chunk_units)")
-        from .cache.units import PREFIX_UNIT  # noqa: PLC0415 - the cache imports this module
-
         token_units = torch.cat([torch.full((prefix_len,), PREFIX_UNIT, dtype=torch.long)]
                                 + [u.to(torch.long) for u in chunk_units])
     for seg in segments:

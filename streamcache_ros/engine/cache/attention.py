@@ -161,6 +161,17 @@ def varlen_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, key_mask
     return out.reshape(hkv, q_len, group, dim).transpose(1, 2).reshape(1, hq, q_len, dim)
 
 
+def head_rows_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, visible: torch.Tensor | None,
+                        backend: str) -> torch.Tensor:
+    """docs/h2svc.md §4: the query heads of a group of KV heads against those heads' rows only
+    (option A: SDPA with an explicit bottom-right mask; on CUDA with flash-attn, flash per group,
+    or varlen (option B) when the heads see different keys). ``visible`` [Hkv, T] or None."""
+    flash = backend == "flash" and q.is_cuda and q.dtype in (torch.float16, torch.bfloat16)
+    if flash and visible is not None:
+        return varlen_attention(q, k, v, visible)
+    return cached_attention(q, k, v, visible, "flash" if flash else "sdpa")
+
+
 def rowwise_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor,
                       rows: torch.Tensor) -> torch.Tensor:
     """``cached_attention`` with a per-query ``mask`` ([Q, T] or [1, Hq, Q, T]), one row of queries

@@ -1,5 +1,6 @@
 """Layer-managed policies (full, fifo, uniform, hermes): every KV head of a layer holds the same
-tokens, one store per layer, positions per layer; ``evict`` decides what each layer keeps."""
+tokens (``LayerStorage``: one store per layer, positions per layer); ``evict`` decides what each
+layer keeps."""
 from __future__ import annotations
 
 import functools
@@ -9,12 +10,13 @@ from typing import Any
 import torch
 
 from .attention import cached_attention
-from .base import CachePolicy, CacheStats, ChunkContext, ChunkOutcome, ChunkShape, NewTokens, UnitTokens
+from .base import CachePolicy, CacheStats, ChunkContext, ChunkOutcome, ChunkShape, NewTokens
 from .clocks import clocks_held, stored_clock
 from .positions import MROPE_MODES, ReindexSettings, renumber
 from .rope import apply_rotary
 from .rows import QueryRows
 from .settings import GENERAL, setting
+from .storage import LayerStorage
 from .store import KVStore
 from .units import PREFIX_UNIT, SUMMARY_UNIT
 
@@ -38,18 +40,21 @@ class LayerwisePolicy(CachePolicy):
 
     settings_class = LayerwiseSettings
 
+    def new_storage(self) -> LayerStorage:
+        return LayerStorage(self.geometry, self.rotary_positions)
+
+    @property
+    def layers(self) -> list[KVStore]:
+        return self.storage.layers
+
     def reset(self) -> None:
-        self.layers: list[KVStore] = [KVStore.empty(self.geometry) for _ in range(self.geometry.num_layers)]
+        super().reset()
         self.rule = self.settings.reindex_rule(self.geometry.max_position_embeddings)
-        self.reindex_events = 0
         self.dense_fallbacks = 0  # shift re-indexes that did not fit under the threshold and were ranked densely
         self.arriving: int | None = None  # the clock of the chunk being stored (until it is compressed)
 
-    def append(self, layer, k, v, new):
-        self._store(layer, k, v, new)
-
     def attend(self, layer, q, k, v, new, key_filter=None):
-        cos, sin = self._store(layer, k, v, new)
+        cos, sin = self.store(layer, k, v, new)
         store = self.layers[layer]
         q = apply_rotary(q, cos, sin)
         if isinstance(key_filter, QueryRows):
@@ -61,17 +66,8 @@ class LayerwisePolicy(CachePolicy):
             self.probe.observe(layer, store, q, key_mask)
         return cached_attention(q, store.keys, store.values, key_mask, self.geometry.attention_backend)
 
-    def _store(self, layer: int, k: torch.Tensor, v: torch.Tensor,
-               new: NewTokens) -> tuple[torch.Tensor, torch.Tensor]:
-        """Append the new tokens to the layer at its next offset on their clock, keys rotated;
-        returns the cos/sin they were rotated with, for the queries of the same tokens."""
-        store = self.layers[layer]
-        positions = new.rel_positions.to(k.device) + store.next_offset(new.clock)
-        cos, sin = self.geometry.rotary.cos_sin(self.rotary_positions(layer, positions, new), k.dtype)
-        store.append(apply_rotary(k, cos, sin), v, positions, new.units, new.chunks, new.clock)
-        if layer == 0 and bool((new.units >= 0).any()):
-            self.arriving = stored_clock(new.clock)
-        return cos, sin
+    def video_stored(self, new: NewTokens) -> None:
+        self.arriving = stored_clock(new.clock)
 
     def rotary_positions(self, layer: int, positions: torch.Tensor, new: NewTokens) -> torch.Tensor:
         """Where ``layer``'s new tokens are rotated: at the positions recorded for them."""
@@ -106,10 +102,6 @@ class LayerwisePolicy(CachePolicy):
         return held if self.camera_shares and len(held) > 1 else held[:1]
 
     # -- positions ------------------------------------------------------------------------------
-    def max_position(self, clock: int | None = None) -> float:
-        """The largest position on ``clock`` (None: of every token), over the layers."""
-        return max((s.next_offset(clock) - 1.0 for s in self.layers), default=-1.0)
-
     def clock_ids(self) -> list[int]:
         """The clocks of the video held in any layer (ascending)."""
         return sorted({c for s in self.layers for c in clocks_held(s.units, s.clocks)})
@@ -166,9 +158,7 @@ class LayerwisePolicy(CachePolicy):
         """Renumber every layer's kept tokens compactly (each clock on its own; ``clocks``: only
         those) and rotate their keys by the delta, leaving ``room`` positions free below the
         model's range."""
-        renumber = functools.partial(self.renumber, room=room)
-        for store in self.layers:
-            store.reindex(self.geometry.rotary, renumber, clocks=clocks)
+        self.storage.reindex(functools.partial(self.renumber, room=room), clocks)
         self.reindex_events += 1
 
     def renumber(self, old: torch.Tensor, units: torch.Tensor, chunks: torch.Tensor, room: int = 0) -> torch.Tensor:
@@ -182,47 +172,15 @@ class LayerwisePolicy(CachePolicy):
         self.dense_fallbacks += int(fell_back)
         return new
 
-    # -- temporary tokens -------------------------------------------------------------------------
-    def mark(self) -> list[int]:
-        return [len(s) for s in self.layers]
-
-    def truncate(self, mark: list[int]) -> None:
-        for store, length in zip(self.layers, mark):
-            store.truncate(length)
-
     # -- accounting and snapshots -----------------------------------------------------------------
-    def layer_stores(self) -> list[list[tuple[int, KVStore]]]:
-        return [[(-1, store)] for store in self.layers]
-
     def stats(self) -> CacheStats:
-        units = torch.unique(torch.cat([s.units for s in self.layers])) if self.layers else torch.empty(0)
-        return CacheStats(
-            policy=self.name,
-            layer_tokens=[len(s) for s in self.layers],
-            kv_tokens=sum(len(s) for s in self.layers),
-            kv_bytes=sum(s.nbytes for s in self.layers),
-            budget_tokens=self.budget_tokens,
-            units=[int(u) for u in units.tolist() if u >= 0],
-            max_position=self.max_position(),
-            reindex_events=self.reindex_events,
-            extra={"dense_fallbacks": self.dense_fallbacks,
-                   "kv_reserved_bytes": sum(s.reserved_bytes for s in self.layers)},
-        )
-
-    def unit_tokens(self) -> UnitTokens:
-        return UnitTokens.of([s.units for s in self.layers])
+        stats = super().stats()
+        stats.extra = {"dense_fallbacks": self.dense_fallbacks, **stats.extra}
+        return stats
 
     def state_dict(self) -> dict[str, Any]:
-        return {"layers": [s.state() for s in self.layers], "reindex_events": self.reindex_events,
-                "dense_fallbacks": self.dense_fallbacks}
+        return {**super().state_dict(), "dense_fallbacks": self.dense_fallbacks}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        layers = state["layers"]
-        if len(layers) != self.geometry.num_layers:
-            raise ValueError(f"snapshot has {len(layers)} layers, the model has {self.geometry.num_layers}")
-        stores = [KVStore.empty(self.geometry) for _ in layers]
-        for store, saved in zip(stores, layers):
-            store.load(saved, self.geometry)
-        self.layers = stores
-        self.reindex_events = int(state.get("reindex_events", 0))
+        super().load_state_dict(state)
         self.dense_fallbacks = int(state.get("dense_fallbacks", 0))

@@ -24,6 +24,12 @@ MROPE_MODES = ("shift", "dense_rank")
 REINDEX_MODES = ("lazy", "eager")
 
 
+def next_offset(positions: torch.Tensor) -> float:
+    """Where the next chunk, question or token starts: the max position over every axis + 1 (0 for
+    an empty cache)."""
+    return float(positions.max().item()) + 1.0 if positions.numel() else 0.0
+
+
 class PositionRangeError(RuntimeError):
     """More tokens than the model's position range holds, even after the kept tokens were
     renumbered: ``ensure_room`` raises it rather than place a token past the range."""

@@ -23,8 +23,8 @@ from typing import Any, Callable
 
 import torch
 
-from ..layout import next_offset
 from .clocks import NO_CLOCK, clocks_held, on_clock, stored_clock
+from .positions import next_offset
 from .rope import RotarySpec, rotate_by_delta
 from .units import PAD_UNIT, PREFIX_UNIT, TEXT_UNIT
 
