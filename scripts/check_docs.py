@@ -13,7 +13,10 @@ tables of docs/interfaces.md are what the node declares.
   from the node's declarations (node/params.py: its own parameters, the engine's and every policy's
   settings dataclass, engine/parameters.py) and their descriptors: name, type, range, default,
   whether it may change at runtime, description. This part imports the package: run it in the
-  project's venv (the other checks need nothing).
+  project's venv (the other checks need nothing);
+- every module and class docs/architecture.md names exists: a ``file.py`` in backticks is a file
+  of the package (or of scripts/, bench/), a ``file.py: Name`` or ``Name.member`` is defined there,
+  and a CamelCase name in backticks is a class of the package or an interface in msg/.
 """
 from __future__ import annotations
 
@@ -36,6 +39,57 @@ PARAMETERS_BEGIN = ("<!-- PARAMETERS: made from the node's declarations by `pyth
 PARAMETERS_END = "<!-- end of PARAMETERS -->"
 SEARCH_ROOTS = ("", "streamcache_ros/", "streamcache_ros/engine/", "streamcache_ros/engine/cache/",
                 "streamcache_ros/engine/adapters/")
+
+
+ARCHITECTURE = ROOT / "docs" / "architecture.md"
+PACKAGE = ROOT / "streamcache_ros"
+# `file.py`, `dir/file.py`, optionally `: Name` or `: Name.member` after it
+MODULE_NAMED = re.compile(r"`((?:[\w\-]+/)*[\w\-]+\.py)(?::\s*([A-Za-z_]\w*)(?:\.(\w+))?)?`")
+# `ClassName` or `ClassName.member` (CamelCase: an upper-case letter, then a lower-case one somewhere)
+CLASS_NAMED = re.compile(r"`([A-Z][A-Za-z0-9]*[a-z][A-Za-z0-9]*)(?:\.(\w+))?(?:\([^`]*\))?`")
+
+
+def _defines(path: pathlib.Path, name: str) -> bool:
+    """Whether ``path`` defines ``name`` (a class, a function, or an assignment at any indent)."""
+    pattern = re.compile(rf"^\s*(?:class|def|async def)\s+{name}\b|^\s*(?:self\.)?{name}\s*(?::[^=]*)?=|"
+                         rf"^\s*{name}\s*:", re.MULTILINE)
+    return bool(pattern.search(path.read_text(encoding="utf-8")))
+
+
+def _modules(name: str) -> list[pathlib.Path]:
+    """The files ``name`` (``cameras.py``, ``node/cameras.py``, ``engine/cache/clocks.py``) can mean."""
+    roots = (PACKAGE, *(ROOT / folder for folder in ("scripts", "bench", "docs", "test", "examples", "launch")))
+    return [path for root in roots for path in root.rglob("*.py") if path.as_posix().endswith("/" + name)]
+
+
+def architecture_problems(text: str) -> list[str]:
+    """Where docs/architecture.md (``text``) names a module, a class or a member that does not exist.
+    A class may also be an interface of msg/ or a message the package imports (``CompressedImage``)."""
+    problems = []
+    classes: dict[str, pathlib.Path] = {}
+    interfaces = {path.stem for path in (ROOT / "msg").rglob("*") if path.suffix in (".msg", ".srv", ".action")}
+    for path in PACKAGE.rglob("*.py"):
+        source = path.read_text(encoding="utf-8")
+        for match in re.finditer(r"^\s*class\s+(\w+)", source, re.MULTILINE):
+            classes.setdefault(match.group(1), path)
+        for match in re.finditer(r"^from \w+\.(?:msg|srv|action) import (.+)$", source, re.MULTILINE):
+            interfaces.update(name.strip() for name in match.group(1).split(","))
+    for module, name, member in MODULE_NAMED.findall(text):
+        files = _modules(module)
+        if not files:
+            problems.append(f"docs/architecture.md: module `{module}` does not exist")
+        elif name and not any(_defines(f, name) for f in files):
+            problems.append(f"docs/architecture.md: `{module}` defines no `{name}`")
+        elif member and not any(_defines(f, member) for f in files):
+            problems.append(f"docs/architecture.md: `{module}` defines no `{name}.{member}`")
+    for name, member in CLASS_NAMED.findall(text):
+        if name in interfaces and not member:
+            continue
+        if name not in classes:
+            problems.append(f"docs/architecture.md: class `{name}` does not exist")
+        elif member and not _defines(classes[name], member):
+            problems.append(f"docs/architecture.md: `{name}` has no `{member}`")
+    return problems
 
 
 def headings(path: pathlib.Path) -> list[str]:
@@ -153,6 +207,7 @@ def main() -> int:
     if "--write" in sys.argv[1:]:
         write_parameter_tables()
     problems = parameter_problems(INTERFACES.read_text(encoding="utf-8"))
+    problems += architecture_problems(ARCHITECTURE.read_text(encoding="utf-8"))
     for path in tracked_files():
         try:
             text = path.read_text(encoding="utf-8")

@@ -1,8 +1,7 @@
 """What each diagnostic status says and at which level (OK / WARN / ERROR mean something)."""
 from diagnostic_msgs.msg import DiagnosticStatus
 
-from streamcache_ros.engine.cache import CacheStats
-from streamcache_ros.engine.status import ChunkReport, DeviceMemory, SessionStatus
+from streamcache_ros.engine.status import CacheSummary, ChunkReport, DeviceMemory, SessionStatus
 from streamcache_ros.node import diagnostics
 from streamcache_ros.node.sampler import CameraCounters
 
@@ -56,7 +55,8 @@ def engine_status(policy="fifo", model_id="tiny", frames_in_memory=16, kv_tokens
                   gpu_reserved_bytes=0, gpu_total_bytes=0, chunks_encoded=0, chunks_failed=0, encode_ms=0.0,
                   prefill_ms=0.0, compress_ms=0.0, last_ttft_ms=0.0, prefix_tokens=20, **more):
     """The engine's typed status, from the figures a MemoryStatus message carries."""
-    cache = CacheStats(policy, list(layer_tokens), kv_tokens, kv_bytes, budget_tokens, bank_tokens=list(bank_tokens))
+    cache = CacheSummary(policy, list(layer_tokens), kv_tokens, kv_bytes, budget_tokens, bank_tokens=list(bank_tokens),
+                         bank_names=["instantaneous", "short_term", "episodic"][:len(bank_tokens)])
     chunk = ChunkReport(0, "", 4, 2, 8, encode_ms, prefill_ms, compress_ms) if chunks_encoded else None
     device = DeviceMemory(gpu_allocated_bytes, gpu_reserved_bytes, 0, gpu_total_bytes)
     return SessionStatus(policy=policy, model_id=model_id, frames_in_memory=frames_in_memory, cache=cache,

@@ -18,14 +18,14 @@ def main() -> None:
     ax.set_xlim(0, 16.2)
     ax.set_ylim(0, 9.6)
     ax.axis("off")
-    box(ax, 0.3, 7.6, 10.0, 1.8, "node/  (rclpy; translates, owns no memory)",
-        ["node.py lifecycle, params.py, tuning.py, cameras.py + sampler.py (ingest thread)",
-         "memory_services.py, time_questions.py (when, watch_events), status.py, diagnostics.py"], ROS)
+    box(ax, 0.3, 7.6, 10.0, 1.8, "node/  (rclpy; node.py wires its parts and owns the lifecycle)",
+        ["parts given the Session, publishers, logger, clock: Cameras, Questions,",
+         "MemoryServices, TimeQuestions, StatusReports, RuntimeTuning"], ROS)
     box(ax, 10.7, 7.6, 5.2, 1.8, "client/, tools/",
         ["StreamCacheClient, streamcache-ask,", "replay, bags, demo, launching"], ROS)
-    box(ax, 0.3, 5.7, 15.6, 1.5, "the engine's face: factory.py, parameters.py, status.py, errors.py",
-        ["build_session(params) from flat parameters; every parameter with its description and range; "
-         "the dataclasses the node reads; the errors it translates"], ENGINE)
+    box(ax, 0.3, 5.7, 15.6, 1.5, "the engine's face: __init__.py, parameters.py, status.py, errors.py",
+        ["build_session(params); every parameter declared once (default, range, choices, fallback, old names); "
+         "the engine's own dataclasses the node reads; the errors it translates"], ENGINE)
     box(ax, 0.3, 3.2, 4.1, 2.1, "session.py",
         ["the orchestrator: locks, frame", "queues per camera; ask, when,", "watch, status, tune, snapshots"], ENGINE)
     box(ax, 4.7, 3.2, 3.6, 2.1, "ingest.py",
@@ -54,7 +54,7 @@ def main() -> None:
     arrow(ax, (2.3, 3.2), (2.3, 2.8))
     arrow(ax, (3.4, 3.2), (6.2, 2.8))
     ax.text(8.1, 0.45, "each layer imports only those below it; nothing under the engine imports ROS; "
-                       "the node imports no engine/cache module", ha="center", fontsize=9, style="italic",
+                       "the node imports only the engine's face", ha="center", fontsize=9, style="italic",
             color=EDGE)
     fig.tight_layout()
     fig.savefig(OUT)

@@ -1,12 +1,15 @@
 """The ROS-free engine: model adapters, cache policies, the streaming session."""
 from .adapters import ModelAdapter, load_adapter
 from .cache import POLICIES, CachePolicy, make_policy
-from .errors import (AnswerError, ChunkError, ConfigError, FrameError, ModelLoadError, QuestionError, SnapshotError,
+from .errors import (AnswerError, ArchiveError, ChunkError, ConfigError, FrameError, ModelLoadError, QuestionError, SnapshotError,
                      StreamCacheError)
+from .factory import build_session
+from .failpoints import ENV as FAILPOINTS_ENV
+from .failpoints import arm_from_environment as arm_failpoints
 from .session import Session, SessionConfig
-from .status import Answer, ChunkReport, DeviceMemory, EngineInfo, SessionStatus
+from .status import Answer, CacheSummary, ChunkReport, CompressionOutcome, DeviceMemory, EngineInfo, SessionStatus
 
-__all__ = ["Answer", "AnswerError", "CachePolicy", "ChunkError", "ChunkReport", "ConfigError", "DeviceMemory",
-           "EngineInfo", "FrameError", "ModelAdapter",
+__all__ = ["Answer", "AnswerError", "ArchiveError", "CachePolicy", "CacheSummary", "ChunkError", "ChunkReport", "CompressionOutcome",
+           "ConfigError", "DeviceMemory", "EngineInfo", "FAILPOINTS_ENV", "FrameError", "ModelAdapter",
            "ModelLoadError", "POLICIES", "QuestionError", "Session", "SessionConfig", "SessionStatus",
-           "SnapshotError", "StreamCacheError", "load_adapter", "make_policy"]
+           "SnapshotError", "StreamCacheError", "arm_failpoints", "build_session", "load_adapter", "make_policy"]

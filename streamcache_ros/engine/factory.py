@@ -13,66 +13,28 @@ import json
 import os
 from typing import Any
 
-import numpy as np
-
-from .adapters import ADAPTERS, ModelAdapter, VisionInputs, load_adapter
-from .cache import CachePolicy, ChunkShape, SettingError, policy_class, takes_budget
+from .adapters import ModelAdapter, VisionInputs, load_adapter
+from .budget import check_budget, reference_unit, resolved_budget_tokens
+from .cache import CachePolicy, ChunkShape, SettingError, policy_class
 from .cache.h2svc import check_head_map
 from .cache.sap import HEAD_MAP_FILE, HeadMap
 from .cache.settings import GENERAL, GENERAL_NAMES, INHERITED
 from .errors import ConfigError
-from .models import DEFAULT_MODEL
 from .config import SessionConfig
+from .parameters import ENGINE_DEFAULTS, REFERENCE_FRAME, family_aliases
 from .session import Session
 
-ENGINE_DEFAULTS: dict[str, Any] = {
-    "model_path": DEFAULT_MODEL,
-    "policy": "hermes",
-    "budget_tokens": 0,  # 0: the model folder's budget_tokens (streamcache.json), else FALLBACK_BUDGET_TOKENS
-    # how cameras share the bound of a bounded policy: equal (each its share) | shared (cache/clocks.py)
-    "camera_budget_share": "equal",
-    "sample_fps": 1.0,
-    "chunk_frames": 8,
-    "device": "auto",
-    "dtype": "auto",
-    "attention": "auto",
-    "max_question_tokens": 512,
-    "max_new_tokens": 64,
-    "repetition_penalty": 1.0,
-    "reindex": "lazy",
-    "reindex_margin": 1024,
-    "vision_backend": "torch",  # torch | onnxruntime
-    "vision_onnx_path": "",  # the .onnx file (or its directory) from streamcache-export-encoder
-    "vision_onnx_providers": "auto",  # auto = TensorRT, CUDA, CPU as available; or e.g. "cuda,cpu"
-    "evidence_k": 3,  # evidence frames per answer (a request's evidence_k = 0); 0 = none
-    "evidence_layers": [],  # [] = the model folder's evidence_layers.json, else the middle half of the layers
-    "options_mode": "scored",  # scored: the most likely option (with probabilities) | generated: free generation
-    "rows_per_pass": 64,  # questions asked together in one forward pass (the when search, standing questions)
-    "prefill_block_tokens": 128,  # a chunk is prefilled in blocks of at most this many tokens (0: one forward)
-}
-# The budget of a model whose folder names none (HERMES's M, docs/hermes.md "Budgets")
-FALLBACK_BUDGET_TOKENS = 6000
-# A camera frame of this size is what "holds at least one frame" is checked against.
-REFERENCE_FRAME = (480, 640)
 HEAD_MAP_PARAMETER = "h2svc.head_map_path"
 # The evidence layers chosen for a model (bench/evidence_layers.py writes it; docs/interfaces.md "Which layers")
 EVIDENCE_LAYERS_FILE = "evidence_layers.json"
 
 
-def family_aliases(policy: str) -> dict[str, tuple[str, Any, type[ModelAdapter]]]:
-    """Every model family's own old names of ``policy``'s settings: old name -> (setting, the old
-    name's default: the family's preset, the adapter class). E.g. hermes: ``qwen_mid_omega``."""
-    out = {}
-    prefix = policy + "."
-    for adapter_cls in ADAPTERS.values():
-        preset = adapter_cls.traits.presets.get(policy, {})
-        for alias, target in adapter_cls.setting_aliases.items():
-            if alias.startswith(prefix) and target.startswith(prefix):
-                name = target[len(prefix):]
-                default = preset.get(name)
-                out[alias[len(prefix):]] = (name, list(default) if isinstance(default, tuple) else default,
-                                            adapter_cls)
-    return out
+def registered_policy(name: str) -> type[CachePolicy]:
+    """The policy class registered as ``name``; ConfigError naming ``policy`` when there is none."""
+    try:
+        return policy_class(name)
+    except ValueError as err:
+        raise ConfigError("policy", str(err)) from None
 
 
 def build_policy(adapter: ModelAdapter, name: str, params: dict[str, Any],
@@ -81,10 +43,13 @@ def build_policy(adapter: ModelAdapter, name: str, params: dict[str, Any],
     "<name>.<setting>"). Raises ConfigError naming the parameter. ``config``: the session it will
     serve (its chunk and question sizes; default: from ``params`` and the defaults), checked with
     the policy's bound against the model's position range."""
-    try:
-        cls = policy_class(name)
-    except ValueError as err:
-        raise ConfigError("policy", str(err)) from None
+    return policy_of_class(adapter, registered_policy(name), params, config)
+
+
+def policy_of_class(adapter: ModelAdapter, cls: type[CachePolicy], params: dict[str, Any],
+                    config: SessionConfig | None = None) -> CachePolicy:
+    """``build_policy`` for a class already looked up in the registry."""
+    name = cls.name
     prefix = name + "."
     values = {key: params[key] for key in GENERAL_NAMES if key in params}
     values.update({key[len(prefix):]: value for key, value in params.items() if key.startswith(prefix)})
@@ -100,7 +65,7 @@ def build_policy(adapter: ModelAdapter, name: str, params: dict[str, Any],
             raise ConfigError(err.name, str(err)[len(err.name) + 1:]) from None  # the general parameter
         raise ConfigError(name, str(err)) from None
     unit = reference_unit(adapter)
-    if takes_budget(name):
+    if cls.settings_class.takes("budget_tokens"):
         check_budget(adapter, settings.budget_tokens, unit.tokens_per_unit)
     inputs = {}
     if "head_map" in cls.inputs:
@@ -109,17 +74,6 @@ def build_policy(adapter: ModelAdapter, name: str, params: dict[str, Any],
     policy = cls(settings, **inputs)
     check_position_range(adapter, policy, config or session_config({**ENGINE_DEFAULTS, **params}), unit)
     return policy
-
-
-def reference_unit(adapter: ModelAdapter) -> VisionInputs:
-    """One stream unit of REFERENCE_FRAME-sized frames, preprocessed: what budgets are checked against."""
-    return adapter.preprocess([np.zeros((*REFERENCE_FRAME, 3), np.uint8)] * adapter.frames_per_unit)
-
-
-def check_budget(adapter: ModelAdapter, budget: int, per_unit: int) -> None:
-    if budget < per_unit:
-        raise ConfigError("budget_tokens", f"{budget} cannot hold one frame: a {REFERENCE_FRAME[1]}x"
-                                           f"{REFERENCE_FRAME[0]} frame is {per_unit} tokens on {adapter.model_id}")
 
 
 def chunk_shape(adapter: ModelAdapter, chunk_frames: int, unit: VisionInputs) -> ChunkShape:
@@ -230,10 +184,7 @@ def build_session(params: dict[str, Any]) -> Session:
     """Load the model and make the session; raises ConfigError / ModelLoadError with clear text.
     ``camera_topics`` (optional) names the cameras a question may ask about."""
     p = {**ENGINE_DEFAULTS, **params}
-    try:
-        policy_class(str(p["policy"]))
-    except ValueError as err:
-        raise ConfigError("policy", str(err)) from None
+    cls = registered_policy(str(p["policy"]))  # the one look-up: refused before the model loads
     if float(p["sample_fps"]) <= 0:
         raise ConfigError("sample_fps", f"must be > 0, got {p['sample_fps']}")
     config = session_config(p)  # checks its own values before the model loads
@@ -244,10 +195,4 @@ def build_session(params: dict[str, Any]) -> Session:
     if not config.evidence_layers:
         config = dataclasses.replace(config, evidence_layers=model_evidence_layers(adapter))
     p["budget_tokens"] = resolved_budget_tokens(int(p["budget_tokens"]), adapter)
-    return Session(adapter, build_policy(adapter, str(p["policy"]), p, config), config)
-
-
-def resolved_budget_tokens(budget: int, adapter: ModelAdapter) -> int:
-    """The budget ``budget_tokens`` stands for: itself, or for 0 the model folder's own (the bundled
-    world models carry one that binds within the demo's stream), else FALLBACK_BUDGET_TOKENS."""
-    return budget or int(getattr(adapter, "model_settings", {}).get("budget_tokens", 0)) or FALLBACK_BUDGET_TOKENS
+    return Session(adapter, policy_of_class(adapter, cls, p, config), config)

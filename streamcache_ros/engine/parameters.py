@@ -1,27 +1,30 @@
 """The engine's parameters as a front end declares them (the node's ROS parameters, a YAML file).
 
-Every name ``factory.build_session`` takes (``ENGINE_DEFAULTS``) and every registered policy's own
-settings as "<policy>.<setting>" (``hermes.reindex``, ``h2svc.w_s``), old names included, each with
-its default, a description, its inclusive range and whether it may change while the stream runs
-(``Session.tune``). A policy's settings come from its settings dataclass, so a new policy's
-parameters appear here as soon as it is registered. ROS-free: the node declares these and reads
-nothing under engine/cache (docs/interfaces.md, "Parameters").
+Every name ``factory.build_session`` takes and every registered policy's own settings as
+"<policy>.<setting>" (``hermes.reindex``, ``h2svc.w_s``), old names included, each declared once
+here with its default, a description, its inclusive range, its choices and whether it may change
+while the stream runs (``Session.tune``). A policy's settings come from its settings dataclass, so a
+new policy's parameters appear here as soon as it is registered. ROS-free: the node and the docs'
+parameter tables read these declarations and nothing under engine/cache (docs/interfaces.md,
+"Parameters").
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
 
+from .adapters import ADAPTERS, ModelAdapter
+from .archive import DEFAULT_MAX_BYTES as DEFAULT_ARCHIVE_MAX_BYTES
 from .cache import POLICIES, SettingInfo, policy_settings
 from .cache import takes_budget as _takes_budget
 from .cache.settings import INHERITED
-from .factory import ENGINE_DEFAULTS, FALLBACK_BUDGET_TOKENS, REFERENCE_FRAME, family_aliases
 from .config import SessionConfig
+from .models import DEFAULT_MODEL
 
 
 @dataclass(frozen=True)
 class ParameterInfo:
-    """One parameter: what a front end needs to declare it and say what it is."""
+    """One parameter: what a front end needs to declare it, check it and say what it is."""
 
     default: Any
     description: str
@@ -29,11 +32,18 @@ class ParameterInfo:
     high: float | int | None = None
     runtime: bool = False  # may change while the stream runs
     inherits: str | None = None  # its default is this general parameter's value
+    choices: tuple[str, ...] = ()  # a string parameter's every value, where the declaration knows them all
+    fallback: Any = None  # what the default stands for when the model names nothing (budget_tokens 0)
+    alias_of: str | None = None  # an old name: the "<policy>.<setting>" it sets
 
 
 # the policies by name, and what Session.tune takes (may change while the stream runs)
 POLICY_NAMES: tuple[str, ...] = tuple(sorted(POLICIES))
 RUNTIME = ("max_new_tokens", "sample_fps", "budget_tokens")
+# The budget of a model whose folder names none (HERMES's M, docs/hermes.md "Budgets")
+FALLBACK_BUDGET_TOKENS = 6000
+# A camera frame of this size is what "holds at least one frame" is checked against.
+REFERENCE_FRAME = (480, 640)
 
 
 def takes_budget(policy: str) -> bool:
@@ -46,61 +56,83 @@ def budget_policies() -> tuple[str, ...]:
 
 
 _W, _H = REFERENCE_FRAME[1], REFERENCE_FRAME[0]
-DESCRIPTIONS = {
-    "model_path": "Model: a bundled model's name (world-qwen2_5_vl, world-llava_onevision: trained on the shape "
-                  "world; tiny-*: random weights), a local directory or a Hugging Face hub id (Qwen2.5-VL or "
-                  "LLaVA-OneVision)",
-    "policy": "KV cache policy: one of " + "|".join(POLICY_NAMES),
-    "budget_tokens": f"Video tokens kept per layer, on top of the system prompt, by the policies that keep a budget "
-                     f"({', '.join(budget_policies())}); must hold one {_W}x{_H} frame; 0 = the model folder's own "
-                     f"(streamcache.json), else {FALLBACK_BUDGET_TOKENS}. While the node is configured it shows the "
-                     "budget in force (0 set at runtime: the model's own again)",
-    "sample_fps": "Frames per second taken into memory from each camera, by message stamp",
-    "chunk_frames": "Frames per camera encoded and prefilled together",
-    "device": "cpu | cuda | cuda:N | auto",
-    "dtype": "auto | float32 | float16 | bfloat16 (auto: float32 on CPU; on CUDA bfloat16, or float16 where "
-             "bfloat16 is missing)",
-    "attention": "auto | sdpa | flash (auto: flash-attn when importable on CUDA, else SDPA)",
-    "max_question_tokens": "Longest question accepted, in tokens with its prompt",
-    "max_new_tokens": f"Default answer length in tokens (a request's max_new_tokens = 0; "
-                      f"{SessionConfig.mc_max_new_tokens} for a question with options)",
-    "repetition_penalty": "Greedy decoding's repetition penalty (1.0 = none; 1.1 decodes as the HERMES reference)",
-    "reindex": "Position re-index: lazy (near max_position_embeddings) | eager (after every chunk)",
-    "reindex_margin": "Lazy re-index starts this many positions before max_position_embeddings",
-    "vision_backend": "Vision encoder: torch | onnxruntime (docs/vision-encoder.md)",
-    "vision_onnx_path": "The .onnx file (or its directory) from streamcache-export-encoder (vision_backend onnxruntime)",
-    "vision_onnx_providers": "onnxruntime execution providers: auto (TensorRT, CUDA, CPU as available) or e.g. 'cuda,cpu'",
-    "evidence_k": "Evidence frames an answer names (a request's evidence_k = 0); 0 = none, and no attention "
-                  "mass is computed",
-    "evidence_layers": "Layers whose attention defines evidence; [] = the model folder's evidence_layers.json, "
-                       "else the middle half of the layers",
-    "camera_budget_share": "With several cameras, how a bounded policy's budget is shared: equal (each camera in "
-                           "memory keeps its share; one that needs less leaves the rest to the others) | shared "
-                           "(one budget for all: a busy camera pushes a quiet one's history out)",
-    "options_mode": "How a question with options is answered: scored (the option the model finds most likely, "
-                    "with option_probabilities; always an option) | generated (free generation matched to an "
-                    "option, the HERMES reference's way)",
-    "prefill_block_tokens": "A chunk's tokens are prefilled in blocks of at most this many (each attends to the cache "
-                            "and the blocks before it; the result equals one forward): bounds a chunk's activation "
-                            "memory on an edge board; 0 = the whole chunk in one forward (docs/performance.md)",
-    "rows_per_pass": "Questions asked together in one forward pass (the when search's windows, standing "
-                     "questions): more is faster and takes more memory for the pass",
+_P = ParameterInfo
+ENGINE_PARAMETERS: dict[str, ParameterInfo] = {
+    "model_path": _P(DEFAULT_MODEL, "Model: a bundled model's name (world-qwen2_5_vl, world-llava_onevision: trained "
+                                    "on the shape world; tiny-*: random weights), a local directory or a Hugging Face "
+                                    "hub id (Qwen2.5-VL or LLaVA-OneVision)"),
+    "policy": _P("hermes", "KV cache policy: one of " + "|".join(POLICY_NAMES)),
+    "budget_tokens": _P(0, f"Video tokens kept per layer, on top of the system prompt, by the policies that keep a "
+                           f"budget ({', '.join(budget_policies())}); must hold one {_W}x{_H} frame; 0 = the model "
+                           f"folder's own (streamcache.json), else {FALLBACK_BUDGET_TOKENS}. While the node is "
+                           "configured it shows the budget in force (0 set at runtime: the model's own again)",
+                        0, None, runtime=True, fallback=FALLBACK_BUDGET_TOKENS),
+    # how cameras share the bound of a bounded policy (cache/clocks.py)
+    "camera_budget_share": _P("equal", "With several cameras, how a bounded policy's budget is shared: equal (each "
+                                       "camera in memory keeps its share; one that needs less leaves the rest to the "
+                                       "others) | shared (one budget for all: a busy camera pushes a quiet one's "
+                                       "history out)", choices=("equal", "shared")),
+    "sample_fps": _P(1.0, "Frames per second taken into memory from each camera, by message stamp", 0.001, 1000.0,
+                     runtime=True),
+    "chunk_frames": _P(8, "Frames per camera encoded and prefilled together", 1, 4096),
+    "device": _P("auto", "cpu | cuda | cuda:N | auto"),
+    "dtype": _P("auto", "auto | float32 | float16 | bfloat16 (auto: float32 on CPU; on CUDA bfloat16, or float16 "
+                        "where bfloat16 is missing)"),
+    "attention": _P("auto", "auto | sdpa | flash (auto: flash-attn when importable on CUDA, else SDPA)",
+                    choices=("auto", "sdpa", "flash")),
+    "max_question_tokens": _P(512, "Longest question accepted, in tokens with its prompt", 1, None),
+    "max_new_tokens": _P(64, f"Default answer length in tokens (a request's max_new_tokens = 0; "
+                             f"{SessionConfig.mc_max_new_tokens} for a question with options)", 1, None, runtime=True),
+    "repetition_penalty": _P(1.0, "Greedy decoding's repetition penalty (1.0 = none; 1.1 decodes as the HERMES "
+                                  "reference)", 0.0, 100.0),
+    "reindex": _P("lazy", "Position re-index: lazy (near max_position_embeddings) | eager (after every chunk)"),
+    "reindex_margin": _P(1024, "Lazy re-index starts this many positions before max_position_embeddings", 0, None),
+    "vision_backend": _P("torch", "Vision encoder: torch | onnxruntime (docs/vision-encoder.md)"),
+    "vision_onnx_path": _P("", "The .onnx file (or its directory) from streamcache-export-encoder (vision_backend "
+                               "onnxruntime)"),
+    "vision_onnx_providers": _P("auto", "onnxruntime execution providers: auto (TensorRT, CUDA, CPU as available) or "
+                                        "e.g. 'cuda,cpu'"),
+    "evidence_k": _P(3, "Evidence frames an answer names (a request's evidence_k = 0); 0 = none, and no attention "
+                        "mass is computed", 0, 4096),
+    "evidence_layers": _P([], "Layers whose attention defines evidence; [] = the model folder's "
+                              "evidence_layers.json, else the middle half of the layers"),
+    "options_mode": _P("scored", "How a question with options is answered: scored (the option the model finds most "
+                                 "likely, with option_probabilities; always an option) | generated (free generation "
+                                 "matched to an option, the HERMES reference's way)", choices=("scored", "generated")),
+    "rows_per_pass": _P(64, "Questions asked together in one forward pass (the when search's windows, standing "
+                            "questions): more is faster and takes more memory for the pass", 1, 4096),
+    "prefill_block_tokens": _P(128, "A chunk's tokens are prefilled in blocks of at most this many (each attends to "
+                                    "the cache and the blocks before it; the result equals one forward): bounds a "
+                                    "chunk's activation memory on an edge board; 0 = the whole chunk in one forward "
+                                    "(docs/performance.md)", 0, None),
 }
-RANGES = {
-    "budget_tokens": (0, None), "sample_fps": (0.001, 1000.0), "chunk_frames": (1, 4096),
-    "max_question_tokens": (1, None), "max_new_tokens": (1, None), "repetition_penalty": (0.0, 100.0),
-    "reindex_margin": (0, None), "evidence_k": (0, 4096), "rows_per_pass": (1, 4096), "prefill_block_tokens": (0, None),
-}
+# what build_session takes when a parameter is not given
+ENGINE_DEFAULTS: dict[str, Any] = {name: info.default for name, info in ENGINE_PARAMETERS.items()}
 
 
 def engine_parameters() -> dict[str, ParameterInfo]:
     """The general parameters ``build_session`` takes."""
-    return {name: ParameterInfo(default, DESCRIPTIONS.get(name, "Engine parameter (docs/interfaces.md)"),
-                                *RANGES.get(name, (None, None)), runtime=name in RUNTIME)
-            for name, default in ENGINE_DEFAULTS.items()}
+    return dict(ENGINE_PARAMETERS)
 
 
-def _setting(policy: str, info: SettingInfo, default: Any = None, description: str = "") -> ParameterInfo:
+def family_aliases(policy: str) -> dict[str, tuple[str, Any, type[ModelAdapter]]]:
+    """Every model family's own old names of ``policy``'s settings: old name -> (setting, the old
+    name's default: the family's preset, the adapter class). E.g. hermes: ``qwen_mid_omega``."""
+    out = {}
+    prefix = policy + "."
+    for adapter_cls in ADAPTERS.values():
+        preset = adapter_cls.traits.presets.get(policy, {})
+        for alias, target in adapter_cls.setting_aliases.items():
+            if alias.startswith(prefix) and target.startswith(prefix):
+                name = target[len(prefix):]
+                default = preset.get(name)
+                out[alias[len(prefix):]] = (name, list(default) if isinstance(default, tuple) else default,
+                                            adapter_cls)
+    return out
+
+
+def _setting(policy: str, info: SettingInfo, default: Any = None, description: str = "",
+             alias: bool = False) -> ParameterInfo:
     """A policy setting's parameter: description, choices and range from the settings dataclass. An
     ``inherited`` setting (``reindex``, ``reindex_margin``) defaults to the general parameter's
     value, so ``reindex: eager`` applies to every policy and ``hermes.reindex: eager`` to hermes alone."""
@@ -110,7 +142,8 @@ def _setting(policy: str, info: SettingInfo, default: Any = None, description: s
     inherits = info.name if info.scope == INHERITED else None
     if inherits:
         text += f" (default: the value of '{info.name}')"
-    return ParameterInfo(info.default if default is None else default, text, info.low, info.high, inherits=inherits)
+    return ParameterInfo(info.default if default is None else default, text, info.low, info.high, inherits=inherits,
+                         alias_of=f"{policy}.{info.name}" if alias else None)
 
 
 def setting_parameters() -> dict[str, ParameterInfo]:
@@ -122,10 +155,11 @@ def setting_parameters() -> dict[str, ParameterInfo]:
         for info in infos.values():
             out[f"{policy}.{info.name}"] = _setting(policy, info)
             for alias in info.aliases:
-                out[f"{policy}.{alias}"] = _setting(policy, info, description=f"old name of '{policy}.{info.name}'")
+                out[f"{policy}.{alias}"] = _setting(policy, info, description=f"old name of '{policy}.{info.name}'",
+                                                    alias=True)
         for alias, (target, default, adapter) in family_aliases(policy).items():
             out[f"{policy}.{alias}"] = _setting(
-                policy, infos[target], default=default,
+                policy, infos[target], default=default, alias=True,
                 description=f"'{policy}.{target}' for {adapter.family} models (old name; its default is that "
                             f"family's preset)")
     return out

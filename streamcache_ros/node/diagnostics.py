@@ -42,6 +42,8 @@ from ..engine.status import SessionStatus
 OK, WARN, ERROR = DiagnosticStatus.OK, DiagnosticStatus.WARN, DiagnosticStatus.ERROR
 GPU_NEARLY_FULL = 0.9
 MIB = 1024 * 1024
+ARCHIVE_NEARLY_FULL = 0.95  # of archive_max_bytes: past it the oldest chunks go
+ARCHIVE_DISK_RESERVE = 256 * MIB  # of the archive's disk, for the rest of the robot
 # this many chunks failed in a row: the memory is not updating (ERROR), not a passing fault
 FAILING_CHUNKS = 3
 
@@ -195,6 +197,20 @@ class NodeDiagnostics:
             self._stamp_tasks[topic].tick(time.time() - (now_ns - stamp_ns) * 1e-9)
 
 
+def archive_full(archive) -> str:
+    """Why the archive's diagnostic is WARN: its bound nearly reached (the oldest chunks now go) or
+    its disk nearly full; "" when neither (docs/archive.md)."""
+    if archive is None:
+        return ""
+    if archive.bytes > ARCHIVE_NEARLY_FULL * archive.max_bytes:
+        return (f"archive at {archive.bytes / MIB:.0f} of {archive.max_bytes / MIB:.0f} MiB (archive_max_bytes): the "
+                "oldest chunks are being dropped")
+    if archive.disk_free_bytes < max(archive.max_bytes - archive.bytes, 0) + ARCHIVE_DISK_RESERVE:
+        return (f"archive disk nearly full: {archive.disk_free_bytes / MIB:.0f} MiB free, the archive may still grow "
+                f"by {(archive.max_bytes - archive.bytes) / MIB:.0f} MiB: lower archive_max_bytes or free the disk")
+    return ""
+
+
 class EngineTasks:
     """The "memory" and "latency" statuses, from an EngineView."""
 
@@ -220,6 +236,8 @@ class EngineTasks:
                              f"chunk brings the memory to it (a layer holds {video_max} now)")
         elif cache.budget_tokens and video_max > cache.budget_tokens:
             stat.summary(WARN, f"over budget: a layer holds {video_max} video tokens, budget {cache.budget_tokens}")
+        elif archive_full(m.archive):
+            stat.summary(WARN, archive_full(m.archive))
         elif device.total_bytes and device.reserved_bytes > GPU_NEARLY_FULL * device.total_bytes:
             stat.summary(WARN, f"CUDA memory nearly full: {device.reserved_bytes / MIB:.0f} of "
                                f"{device.total_bytes / MIB:.0f} MiB reserved")
@@ -240,11 +258,19 @@ class EngineTasks:
         stat.add("Process RSS (MiB)", f"{m.process_rss_bytes / MIB:.1f}")
         if v.snapshot:
             stat.add("Memory snapshot", v.snapshot)
+        if m.archive is not None:
+            a = m.archive
+            stat.add("Archive", a.path)
+            stat.add("Archive chunks", str(a.chunks))
+            stat.add("Archive bytes (MiB)", f"{a.bytes / MIB:.1f} of {a.max_bytes / MIB:.0f}")
+            stat.add("Archive span (s)", f"{a.oldest_stamp:.3f} .. {a.newest_stamp:.3f}" if a.chunks else "empty")
+            stat.add("Archive disk free (MiB)", f"{a.disk_free_bytes / MIB:.0f}")
         if layers:
             stat.add("Layer tokens min/mean/max", f"{min(layers)}/{sum(layers) / len(layers):.1f}/{max(layers)}")
             stat.add("Layer tokens", " ".join(str(n) for n in layers))
         if cache.bank_tokens:
-            stat.add("Bank tokens (instantaneous/short-term/episodic)", " ".join(str(n) for n in cache.bank_tokens))
+            banks = "/".join(name.replace("_", "-") for name in cache.bank_names)
+            stat.add(f"Bank tokens ({banks})", " ".join(str(n) for n in cache.bank_tokens))
         if device.total_bytes:
             stat.add("GPU allocated (MiB)", f"{device.allocated_bytes / MIB:.1f}")
             stat.add("GPU reserved (MiB)", f"{device.reserved_bytes / MIB:.1f}")

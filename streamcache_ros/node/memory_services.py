@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import os
 import traceback
+from typing import Callable
 
 from ..engine.errors import SnapshotError, StreamCacheError
 from . import translate
-from .snapshots import in_snapshot_dir
+from .cameras import Cameras
+from .snapshots import SnapshotKeeper, in_snapshot_dir
 
 
 class _RequestError(StreamCacheError):
@@ -21,12 +23,26 @@ class _RequestError(StreamCacheError):
 
 
 class MemoryServices:
-    """Mixed into the node (node.py), which owns ``session``, ``slots``, ``cameras``, ``snapshots``."""
+    """Serves reset_memory, save_memory, load_memory and memory_timeline over ``session``, and writes
+    the memory snapshot. Given the ``cameras`` (whose waiting frames a reset or a load makes stale),
+    the ``snapshots`` keeper and ``snapshot_dir``, the node's ``name`` and ``logger``, ``is_active``,
+    and ``changed()``: called after every call, to refresh and publish the memory's status."""
+
+    def __init__(self, session, cameras: Cameras, snapshots: SnapshotKeeper, snapshot_dir: str, name: str, logger,
+                 is_active: Callable[[], bool], changed: Callable[[], None]):
+        self.session = session
+        self.cameras = cameras
+        self.snapshots = snapshots
+        self.snapshot_dir = snapshot_dir
+        self.name = name
+        self.log = logger
+        self.is_active = is_active
+        self.changed = changed
 
     def _memory_call(self, response, action):
-        if not self._active or self.session is None:
+        if not self.is_active():
             response.success = False
-            response.error_message = f"{self.get_name()} is not active: configure and activate it first"
+            response.error_message = f"{self.name} is not active: configure and activate it first"
             return response
         try:
             action(response)
@@ -35,24 +51,21 @@ class MemoryServices:
             response.success = False
             response.error_message = str(err)
         except Exception as err:  # noqa: BLE001
-            self.get_logger().error(f"memory service failed: {type(err).__name__}: {err}\n{traceback.format_exc()}")
+            self.log.error(f"memory service failed: {type(err).__name__}: {err}\n{traceback.format_exc()}")
             response.success = False
             response.error_message = f"internal error: {type(err).__name__}: {err}"
-        self._refresh_status()
-        self.publish_memory_status()
+        self.changed()
         return response
 
-    def _on_reset(self, request, response):
+    def on_reset(self, request, response):
         def reset(r):
-            self.slots.clear()  # sampled before the reset: not wanted after it
-            for camera in self.cameras.values():
-                camera.counters.restart_sampling()
-                camera.last_ingested_ns = None
+            self.cameras.queues.clear()  # sampled before the reset: not wanted after it
+            self.cameras.memory_replaced(restart_sampling=True)
             r.frames_cleared = self.session.reset()
-            self.get_logger().info(f"memory reset: {r.frames_cleared} frames forgotten")
+            self.log.info(f"memory reset: {r.frames_cleared} frames forgotten")
         return self._memory_call(response, reset)
 
-    def _on_save(self, request, response):
+    def on_save(self, request, response):
         def save(r):
             path = request.path.strip()
             if not path:  # the configured snapshot file
@@ -67,41 +80,37 @@ class MemoryServices:
                 os.makedirs(self.snapshot_dir, mode=0o700, exist_ok=True)
             r.bytes_written = self.session.save(path)
             r.frames_in_memory = self.session.status().frames_in_memory
-            self.get_logger().info(f"memory saved to {path}: {r.bytes_written} bytes")
+            self.log.info(f"memory saved to {path}: {r.bytes_written} bytes")
         return self._memory_call(response, save)
 
-    def _on_load(self, request, response):
+    def on_load(self, request, response):
         def load(r):
             if not request.path.strip():
                 raise _RequestError("path is empty")
             path = self._in_snapshot_dir(request.path.strip())
-            self.slots.clear()
+            self.cameras.queues.clear()
             r.frames_in_memory = self.session.load(path)
-            for camera in self.cameras.values():
-                camera.last_ingested_ns = None
-            self.get_logger().info(f"memory loaded from {path}: {r.frames_in_memory} frames")
+            self.cameras.memory_replaced()
+            self.log.info(f"memory loaded from {path}: {r.frames_in_memory} frames")
         return self._memory_call(response, load)
 
-    def _on_memory_timeline(self, request, response):
+    def on_memory_timeline(self, request, response):
         def timeline(r):
-            translate.fill_timeline(r, self.session.memory_timeline(self._camera_key(request.camera)))
+            translate.fill_timeline(r, self.session.memory_timeline(self.cameras.key(request.camera)))
         return self._memory_call(response, timeline)
 
     def _in_snapshot_dir(self, name: str) -> str:
         try:
             return in_snapshot_dir(name, self.snapshot_dir)
         except ValueError as err:
-            self.get_logger().warning(f"memory service refused: {err}")
+            self.log.warning(f"memory service refused: {err}")
             raise _RequestError(str(err)) from None
 
-    def _write_snapshot(self, reason: str) -> None:
-        session = self.session
-        if session is None:
-            return
+    def write_snapshot(self, reason: str) -> None:
         try:
-            line = self.snapshots.write(session, reason)
+            line = self.snapshots.write(self.session, reason)
         except SnapshotError as err:
-            self.get_logger().error(f"memory snapshot not written: {err}")
+            self.log.error(f"memory snapshot not written: {err}")
             return
         if line:
-            self.get_logger().info(line)
+            self.log.info(line)

@@ -1,9 +1,9 @@
 """streamcache_node: cameras in, questions answered, memory status and diagnostics out.
 
 A lifecycle node, and a translation layer: ROS messages and parameters in, the engine's dataclasses
-out, and back. configure: read and validate the parameters, build the session, create the services,
-the action, the publishers and the diagnostics. activate: subscribe to the cameras and start the
-ingest thread (cameras.py). deactivate / cleanup undo those steps.
+out, and back. configure: read and validate the parameters, build the session and the parts, create
+the services, the action, the publishers and the diagnostics. activate: subscribe to the cameras and
+start the ingest thread (cameras.py). deactivate / cleanup undo those steps.
 
 Threads: image callbacks (one mutually exclusive group per camera) validate, sample by stamp and put
 the frame in the camera's bounded queue; the ingest thread takes frames from the queues into the
@@ -18,10 +18,16 @@ chunk / question / reset.
 Faults (docs/reliability.md): a question the engine refuses is answered with the engine's reason
 and the memory unchanged; nothing a camera or a client sends can end the process.
 
+Parts (docs/architecture.md, "Layers"): each concern is an object made at configure and given what it
+uses, the session, its publishers, the logger, the clock and the other parts it reads: cameras.py
+(subscriptions, queues, the ingest thread), questions.py (Ask), memory_services.py (reset, save,
+load, timeline, the snapshot), time_questions.py (`when`, the standing questions), status.py
+(memory_status, what the diagnostics read) and tuning.py (runtime parameter changes). This file
+wires them up and owns the lifecycle; cleanup drops them with the session.
+
 Names: a camera is known everywhere (the session, the log, the diagnostics, MemoryStatus, errors) by
 its resolved topic, namespace and remaps applied; a question may name it as written in
-camera_topics too. Parameters that can change at runtime: tuning.py; memory_status and what the
-diagnostics read: status.py.
+camera_topics too.
 """
 from __future__ import annotations
 
@@ -32,25 +38,25 @@ from rclpy.callback_groups import MutuallyExclusiveCallbackGroup, ReentrantCallb
 from rclpy.clock import Clock, ClockType
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
 from rclpy.qos import QoSDurabilityPolicy, QoSHistoryPolicy, QoSProfile, QoSReliabilityPolicy
+from rcl_interfaces.msg import SetParametersResult
 from std_msgs.msg import Header
 from streamcache_ros_interfaces.action import Ask as AskAction
 from streamcache_ros_interfaces.msg import MemoryStatus, WatchEvent
 from streamcache_ros_interfaces.srv import Ask, LoadMemory, MemoryTimeline, ResetMemory, SaveMemory, When
 
-from ..engine import failpoints
-from ..engine.errors import AnswerError, ChunkError, ConfigError, ModelLoadError, StreamCacheError
-from ..engine.factory import build_session
-from ..engine.status import EngineInfo, SessionStatus
-from . import params, translate
-from .cameras import CameraIngest, CameraInput
-from .memory_services import MemoryServices
-from .diagnostics import NodeDiagnostics
+from ..engine import FAILPOINTS_ENV, ArchiveError, ConfigError, ModelLoadError, arm_failpoints, build_session
+from ..engine.status import ChunkReport
+from . import params
+from .cameras import CameraInput, Cameras
+from .diagnostics import EngineView, NodeDiagnostics
 from .image_conversion import ImageConverter
-from .sampler import CameraCounters, FrameQueues
-from .snapshots import SnapshotKeeper, check_path, snapshot_dir
+from .memory_services import MemoryServices
+from .questions import Questions
+from .sampler import CameraCounters
+from .snapshots import SnapshotKeeper, archive_folder, check_path, snapshot_dir
 from .status import StatusReports
 from .time_questions import EVENT_QOS, TimeQuestions
-from .tuning import RuntimeTuning
+from .tuning import RuntimeTuning, ShownBudget, diagnostic_limits
 
 NODE_NAME = "streamcache_node"
 # memory_status: one after each chunk, so a fast replay makes bursts; a deep history keeps a slow
@@ -60,41 +66,46 @@ STATUS_QOS = QoSProfile(history=QoSHistoryPolicy.KEEP_LAST, depth=100, reliabili
 # Frame acknowledgements: bursts of a fast lock-step replay must not overflow the queue.
 ACK_QOS = QoSProfile(history=QoSHistoryPolicy.KEEP_LAST, depth=1000, reliability=QoSReliabilityPolicy.RELIABLE,
                      durability=QoSDurabilityPolicy.VOLATILE)
+PUBLISHERS = (("status_pub", MemoryStatus, "memory_status", STATUS_QOS), ("ack_pub", Header, "frame_acks", ACK_QOS),
+              ("watch_pub", WatchEvent, "watch_events", EVENT_QOS))
 
 
-class StreamCacheNode(CameraIngest, MemoryServices, TimeQuestions, RuntimeTuning, StatusReports, LifecycleNode):
+class StreamCacheNode(LifecycleNode):
     def __init__(self, node_name: str = NODE_NAME, **kwargs):
         super().__init__(node_name, **kwargs)
         self.values = params.declare_all(self)  # ConfigError: a wrong type or a value out of range
         for name in params.unknown_overrides(self):
             self.get_logger().warning(f"parameter '{name}' is not a streamcache_node parameter: ignored")
         self.autostart = bool(self.values["autostart"])
-        self.sample_fps = float(self.values["sample_fps"])
         self.configure_error: str = ""  # the one line main prints when configure fails
         self.session = None
-        self.info: EngineInfo | None = None  # what the session runs (model, policy, chunk_frames ...)
-        self.cameras: dict[str, CameraInput] = {}
-        self.slots = FrameQueues()
-        self.converter: ImageConverter | None = None
+        self.info = None  # what the session runs (model, policy, chunk_frames ...)
+        # the parts, made at configure and dropped at cleanup
+        self.cameras: Cameras | None = None
+        self.questions: Questions | None = None
+        self.memory: MemoryServices | None = None
+        self.time_questions: TimeQuestions | None = None
+        self.status: StatusReports | None = None
+        self.tuning: RuntimeTuning | None = None
+        self.shown_budget = ShownBudget(self)
         self.diagnostics: NodeDiagnostics | None = None
         self._active = False
         self._stopping = threading.Event()
-        self._ingest_thread: threading.Thread | None = None
-        self._status_lock = threading.Lock()
-        self._status: SessionStatus | None = None  # after the last chunk / question / reset / load
-        self._ingest_error = ""  # an ingest failure outside the engine's own chunk errors
-        self.snapshots = SnapshotKeeper("")
-        self.snapshot_dir = ""  # save_memory / load_memory's folder, from configure on
         self._saved_at_stop = False
-        self._entities = []  # services, action server, publishers, timers made at configure
-        self._timer = None
-        self._qos_timer = None
+        self._entities = []  # services made at configure
+        self._action = None
+        self._made_publishers: dict[str, object] = {}
+        self._lifecycle_timers = []
         self.finalized = False  # the lifecycle shutdown transition ran: main ends the process
         self._question_group = MutuallyExclusiveCallbackGroup()
         self._action_group = ReentrantCallbackGroup()
         self._timer_group = MutuallyExclusiveCallbackGroup()
-        self._init_time_questions()  # time_questions.py
-        self._watch_parameters()  # tuning.py
+        # runtime changes: taken while unconfigured (checked at the next configure), else tuning.py's
+        self.add_pre_set_parameters_callback(lambda changed: self.tuning.model_budget_for_zero(changed)
+                                             if self.tuning else changed)
+        self.add_on_set_parameters_callback(lambda changed: self.tuning.check_changes(changed)
+                                            if self.tuning else SetParametersResult(successful=True))
+        self.add_post_set_parameters_callback(lambda changed: self.tuning.apply(changed) if self.tuning else None)
 
     # -- lifecycle ------------------------------------------------------------------------------
     def on_configure(self, state: LifecycleState) -> TransitionCallbackReturn:
@@ -119,92 +130,131 @@ class StreamCacheNode(CameraIngest, MemoryServices, TimeQuestions, RuntimeTuning
         values = params.read_all(self)
         params.validate_node_params(values)
         snapshot_path = check_path(str(values["memory_snapshot_path"]))
-        self.snapshot_dir = snapshot_dir(str(values["snapshot_dir"]))
-        faults = failpoints.arm_from_environment()  # before the model loads: a typo fails fast
+        folder = snapshot_dir(str(values["snapshot_dir"]))
+        faults = arm_failpoints()  # before the model loads: a typo fails fast
         self.values = values
         topics = {name: self.resolve_topic_name(name) for name in values["camera_topics"]}
         session = build_session({**params.engine_params(values), "camera_topics": list(topics.values())})
-        self._show_budget_in_force(session)
-        self.session = session
-        self.info = self.session.info()
+        info = session.info()
+        self.shown_budget.show_in_force(session, int(values["budget_tokens"]), info.policy)
+        self.session, self.info = session, info
         if faults is not None:
-            self.get_logger().warning(f"{failpoints.ENV}={faults}: TEST faults are being injected")
-        self.snapshots = SnapshotKeeper(snapshot_path, float(values["memory_snapshot_period_s"]))
+            self.get_logger().warning(f"{FAILPOINTS_ENV}={faults}: TEST faults are being injected")
+        snapshots = SnapshotKeeper(snapshot_path, float(values["memory_snapshot_period_s"]))
         self._saved_at_stop = False
-        restored = self.snapshots.restore(self.session)
+        restored = snapshots.restore(session)
         if restored:
-            log = self.get_logger().error if self.snapshots.state == "refused" else self.get_logger().info
+            log = self.get_logger().error if snapshots.state == "refused" else self.get_logger().info
             log(restored)
-        self.sample_fps = float(values["sample_fps"])
-        self.set_watch_questions(values["watch_questions"])
-        self.converter = ImageConverter(int(values["max_image_pixels"]))
-        self.cameras = {topic: CameraInput(name, CameraCounters(topic, self.sample_fps),
-                                           MutuallyExclusiveCallbackGroup(), topic)
-                        for name, topic in topics.items()}
-        for camera in self.cameras.values():
-            self._check_qos_overrides(camera)
-        self._status = self.session.status()
-        self._ingest_error = ""
-        self.slots = FrameQueues(int(values["frame_queue_size"]))
-        self._make_interfaces()
+        self._open_archive(session, values)
+        self._made_publishers = {attr: self.create_publisher(kind, topic, qos) for attr, kind, topic, qos in PUBLISHERS}
         if self.diagnostics is None:  # the Updater declares its parameter: made once per node
-            self.diagnostics = NodeDiagnostics(self, self.engine_view)
-        min_rate, max_delay = self._diagnostic_limits()
-        for camera in self.cameras.values():
+            self.diagnostics = NodeDiagnostics(self, self._engine_view)
+        self._make_parts(session, info, values, topics, snapshots, folder)
+        self._make_interfaces()
+        min_rate, max_delay = diagnostic_limits(self, self.cameras.sample_fps)
+        for camera in self.cameras.inputs.values():
             self.diagnostics.add_camera(camera.topic, camera.counters, min_rate, max_delay,
                                         qos=lambda c=camera: (c.qos_text, c.qos_changes))
-        info = self.info
         self.diagnostics.add_engine()
         self.get_logger().info(
             f"configured: model {info.model_id} ({info.model_family}, {info.device}, {info.dtype}), "
-            f"policy {info.policy}, cameras {', '.join(self.cameras)}, sample_fps {self.sample_fps}, "
-            f"chunk_frames {info.chunk_frames}; images via {self.converter.backend}, "
+            f"policy {info.policy}, cameras {', '.join(self.cameras.inputs)}, sample_fps {self.cameras.sample_fps}, "
+            f"chunk_frames {info.chunk_frames}; images via {self.cameras.converter.backend}, "
             f"diagnostics via {self.diagnostics.backend}")
+
+    def _open_archive(self, session, values: dict) -> None:
+        """The archive tier (docs/archive.md), one folder per node; a refusal (held by another running
+        node, another model's, other cameras) is a configure error naming archive_path."""
+        folder = archive_folder(str(values["archive_path"]), self.get_fully_qualified_name())
+        if not folder:
+            return
+        try:
+            mended = session.open_archive(folder, int(values["archive_max_bytes"]), int(values["recall_chunks"]),
+                                          owner=self.get_fully_qualified_name())
+        except ArchiveError as err:
+            raise ConfigError("archive_path", str(err)) from None
+        for warning in mended:
+            self.get_logger().warning(warning)
+        kept = session.status().archive.chunks
+        if kept:
+            self.get_logger().info(f"archive {folder}: {kept} chunk(s) kept from before")
+
+    def _make_parts(self, session, info, values: dict, topics: dict[str, str], snapshots: SnapshotKeeper,
+                    folder: str) -> None:
+        """The parts, each given what it uses; shared facts travel in these arguments."""
+        logger, clock, name, pubs = self.get_logger(), self.get_clock(), self.get_name(), self._made_publishers
+        sample_fps = float(values["sample_fps"])
+        inputs = {topic: CameraInput(written, CameraCounters(topic, sample_fps), MutuallyExclusiveCallbackGroup(),
+                                     topic) for written, topic in topics.items()}
+        self.cameras = Cameras(self, session, inputs, int(values["frame_queue_size"]),
+                               ImageConverter(int(values["max_image_pixels"])), self.diagnostics, pubs["ack_pub"],
+                               self._stopping, sample_fps, self._after_chunk, lambda: self.status.refresh())
+        self.time_questions = TimeQuestions(session, pubs["watch_pub"], self.cameras.key, name, logger,
+                                            self._is_active, lambda: self.status.refresh())
+        self.time_questions.set_watch_questions(values["watch_questions"])
+        self.status = StatusReports(session, info, pubs["status_pub"], clock, self._is_active, self.cameras,
+                                    snapshots, self.time_questions)
+        self.questions = Questions(session, info, self.status, self.cameras.key, self._stopping, name, logger, clock,
+                                   self._is_active)
+        self.memory = MemoryServices(session, self.cameras, snapshots, folder, name, logger, self._is_active,
+                                     self._memory_changed)
+        self.tuning = RuntimeTuning(session, info, values, self, self.shown_budget, self.cameras, self.status,
+                                    self.time_questions, self.diagnostics)
 
     def _make_interfaces(self) -> None:
         from rclpy.action import ActionServer, CancelResponse, GoalResponse  # noqa: PLC0415
 
-        q = self._question_group
+        q, memory = self._question_group, self.memory
         self._entities = [
-            self.create_service(Ask, "ask", self._on_ask, callback_group=q),
-            self.create_service(ResetMemory, "reset_memory", self._on_reset, callback_group=q),
-            self.create_service(SaveMemory, "save_memory", self._on_save, callback_group=q),
-            self.create_service(LoadMemory, "load_memory", self._on_load, callback_group=q),
-            self.create_service(MemoryTimeline, "memory_timeline", self._on_memory_timeline, callback_group=q),
-            self.create_service(When, "when", self._on_when, callback_group=q),
+            self.create_service(Ask, "ask", self.questions.on_ask, callback_group=q),
+            self.create_service(ResetMemory, "reset_memory", memory.on_reset, callback_group=q),
+            self.create_service(SaveMemory, "save_memory", memory.on_save, callback_group=q),
+            self.create_service(LoadMemory, "load_memory", memory.on_load, callback_group=q),
+            self.create_service(MemoryTimeline, "memory_timeline", memory.on_memory_timeline, callback_group=q),
+            self.create_service(When, "when", self.time_questions.on_when, callback_group=q),
         ]
-        self._action = ActionServer(self, AskAction, "ask_action", execute_callback=self._execute_ask,
+        self._action = ActionServer(self, AskAction, "ask_action", execute_callback=self.questions.execute_ask,
                                     goal_callback=lambda goal: GoalResponse.ACCEPT,
                                     cancel_callback=lambda handle: CancelResponse.ACCEPT,
                                     callback_group=self._action_group)
-        self.status_pub = self.create_publisher(MemoryStatus, "memory_status", STATUS_QOS)
-        self.ack_pub = self.create_publisher(Header, "frame_acks", ACK_QOS)
-        self.watch_pub = self.create_publisher(WatchEvent, "watch_events", EVENT_QOS)
+
+    def _after_chunk(self, report: ChunkReport | None) -> None:
+        """On the ingest thread, after a chunk went in (``report``) or failed (None)."""
+        if report is not None:
+            self.time_questions.ask_standing(report)
+        self._memory_changed()
+        if self.memory.snapshots.due():
+            self.memory.write_snapshot("periodic")
+
+    def _memory_changed(self) -> None:
+        self.status.refresh()
+        self.status.publish()
+
+    def _is_active(self) -> bool:
+        return self._active
+
+    def _engine_view(self) -> EngineView:
+        status = self.status
+        return status.engine_view() if status is not None else EngineView(active=False)
 
     def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
-        for camera in self.cameras.values():
-            try:
-                self._subscribe(camera)
-            except Exception as err:  # noqa: BLE001 - checked at configure already; anything else rclpy refuses
-                self.configure_error = f"cannot subscribe to {camera.topic}: {str(err).splitlines()[0]}"
-                if not self.autostart:
-                    self.get_logger().error(self.configure_error)
-                self._deactivate()
-                return TransitionCallbackReturn.FAILURE
-            camera.last_ingested_ns = None
         self._stopping.clear()
-        self.slots = FrameQueues(self.slots.capacity)
-        self._ingest_thread = threading.Thread(target=self._ingest_loop, name="streamcache-ingest", daemon=True)
-        self._ingest_thread.start()
-        # steady clock: the status keeps coming at 1 Hz when a replay's /clock stops
-        self._timer = self.create_timer(1.0, self.publish_memory_status, callback_group=self._timer_group,
-                                        clock=Clock(clock_type=ClockType.STEADY_TIME))
-        # publishers come and go: the cameras' reliability follows them (cameras.py)
-        self._qos_timer = self.create_timer(1.0, self._match_camera_qos, callback_group=self._timer_group,
-                                            clock=Clock(clock_type=ClockType.STEADY_TIME))
+        error = self.cameras.activate()
+        if error:
+            self.configure_error = error
+            if not self.autostart:
+                self.get_logger().error(self.configure_error)
+            self._deactivate()
+            return TransitionCallbackReturn.FAILURE
+        # steady clock: the status keeps coming at 1 Hz when a replay's /clock stops; the cameras'
+        # reliability follows their publishers as they come and go (cameras.py)
+        steady = Clock(clock_type=ClockType.STEADY_TIME)
+        self._lifecycle_timers = [self.create_timer(1.0, callback, callback_group=self._timer_group, clock=steady)
+                        for callback in (self.status.publish, self.cameras.match_qos)]
         self._active = True
-        self.get_logger().info(f"active: listening on {', '.join(c.topic for c in self.cameras.values())}")
-        self.publish_memory_status()
+        self.get_logger().info(f"active: listening on {', '.join(self.cameras.inputs)}")
+        self.status.publish()
         return super().on_activate(state)
 
     def on_deactivate(self, state: LifecycleState) -> TransitionCallbackReturn:
@@ -224,40 +274,33 @@ class StreamCacheNode(CameraIngest, MemoryServices, TimeQuestions, RuntimeTuning
     def _deactivate(self) -> None:
         self._active = False
         self._stopping.set()  # a question in progress stops at its next token
-        self.slots.close()
-        for camera in self.cameras.values():
-            for name in ("subscription", "retiring"):
-                if getattr(camera, name) is not None:
-                    self.destroy_subscription(getattr(camera, name))
-                    setattr(camera, name, None)
-            camera.overlap_stamps.clear()
-        for name in ("_timer", "_qos_timer"):
-            if getattr(self, name) is not None:
-                self.destroy_timer(getattr(self, name))
-                setattr(self, name, None)
-        if self._ingest_thread is not None:
-            self._ingest_thread.join()
-            self._ingest_thread = None
+        for timer in self._lifecycle_timers:
+            self.destroy_timer(timer)
+        self._lifecycle_timers = []
+        if self.cameras is not None:
+            self.cameras.deactivate()
 
     def _teardown(self) -> None:
-        if not self._saved_at_stop:  # cleanup / shutdown transitions: the memory goes with the session
-            self._write_snapshot("cleanup")
+        if not self._saved_at_stop and self.memory is not None:  # cleanup / shutdown: the memory goes with the session
+            self.memory.write_snapshot("cleanup")
+        self.tuning = None  # from here every parameter change is taken, checked at the next configure
         for entity in self._entities:
             self.destroy_service(entity)
         self._entities = []
-        if getattr(self, "_action", None) is not None:
+        if self._action is not None:
             self._action.destroy()
             self._action = None
-        for name in ("status_pub", "ack_pub", "watch_pub"):
-            if getattr(self, name, None) is not None:
-                self.destroy_publisher(getattr(self, name))
-                setattr(self, name, None)
+        for publisher in self._made_publishers.values():
+            self.destroy_publisher(publisher)
+        self._made_publishers = {}
         if self.diagnostics is not None:
             self.diagnostics.clear()
-        self.cameras = {}
+        self.cameras = self.questions = self.memory = self.time_questions = self.status = None
+        if self.session is not None:
+            self.session.close_archive()  # the lock goes: another node may take the archive
         self.session = None
         self.info = None
-        self._show_budget_given()
+        self.shown_budget.show_given()
 
     def stop(self) -> None:
         """Called on SIGINT / shutdown from main: stop questions and the ingest thread, then write the
@@ -267,72 +310,9 @@ class StreamCacheNode(CameraIngest, MemoryServices, TimeQuestions, RuntimeTuning
         self._stopping.set()
         if not self._saved_at_stop:
             self._saved_at_stop = True
-            self._write_snapshot("shutdown")
+            if self.memory is not None:
+                self.memory.write_snapshot("shutdown")
 
     @property
     def active(self) -> bool:
         return self._active
-
-    # -- questions ------------------------------------------------------------------------------
-    def _camera_key(self, camera: str) -> str:
-        """The resolved topic of a camera asked for by that name or as written in camera_topics;
-        anything else goes to the session as it is (which refuses it, naming the cameras)."""
-        for cam in self.cameras.values():
-            if camera and camera in (cam.name, cam.topic):
-                return cam.topic
-        return camera
-
-    def answer(self, request, result, on_text=None, should_stop=None):
-        """Answer an Ask request into ``result`` (an Ask response or action result). Never raises.
-        Returns (result, cancelled)."""
-        session, info = self.session, self.info
-        result.method, result.model_id = (info.policy, info.model_id) if info is not None else ("", "")
-        result.option_index = -1
-        camera = self._camera_key(request.camera)
-
-        def refuse(message: str):  # with what the memory holds (of the camera asked about)
-            with self._status_lock:
-                status = self._status
-            held = None if status is None else status.camera_memory.get(camera) if camera else status.memory
-            return translate.refuse(result, message, held)
-
-        if not self._active or session is None:
-            return refuse(f"{self.get_name()} is not active: configure and activate it first"), False
-        stop = (lambda: self._stopping.is_set() or should_stop()) if should_stop else self._stopping.is_set
-        try:
-            answer = session.ask(request.question, list(request.options), camera=camera,
-                                 max_new_tokens=int(request.max_new_tokens), on_text=on_text, should_stop=stop,
-                                 since=translate.window_bound(request.since),
-                                 until=translate.window_bound(request.until),
-                                 evidence_k=int(request.evidence_k) or None)
-        except StreamCacheError as err:  # QuestionError, ChunkError (flushing), AnswerError: memory unchanged
-            if isinstance(err, (AnswerError, ChunkError)):  # a fault, not the client's doing
-                self.get_logger().error(f"question failed: {err}")
-            self._refresh_status()
-            return refuse(str(err)), False
-        except Exception as err:  # noqa: BLE001 - a request never takes the node down
-            self.get_logger().error(f"question failed: {type(err).__name__}: {err}\n{traceback.format_exc()}")
-            self._refresh_status()
-            return refuse(f"internal error: {type(err).__name__}: {err}"), False
-        self._refresh_status()
-        now_s = self.get_clock().now().nanoseconds * 1e-9
-        return translate.fill_answer(result, answer, now_s), answer.cancelled
-
-    def _on_ask(self, request, response):
-        response, _ = self.answer(request, response)
-        return response
-
-    def _execute_ask(self, goal_handle):
-        result = AskAction.Result()
-
-        def on_text(partial: str, new_text: str) -> None:
-            goal_handle.publish_feedback(AskAction.Feedback(partial_answer=partial, new_text=new_text))
-
-        result, cancelled = self.answer(goal_handle.request, result, on_text, lambda: goal_handle.is_cancel_requested)
-        if cancelled and goal_handle.is_cancel_requested:
-            goal_handle.canceled()
-        elif result.success:
-            goal_handle.succeed()
-        else:
-            goal_handle.abort()
-        return result

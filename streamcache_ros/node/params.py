@@ -17,14 +17,14 @@ from rclpy.exceptions import InvalidParameterTypeException, InvalidParameterValu
 from rclpy.validate_topic_name import validate_topic_name
 
 from ..engine.errors import ConfigError
-from ..engine.factory import ENGINE_DEFAULTS
-from ..engine.parameters import ParameterInfo, engine_parameters, setting_parameters
+from ..engine.parameters import DEFAULT_ARCHIVE_MAX_BYTES, ParameterInfo, engine_parameters, setting_parameters
 from .image_conversion import DEFAULT_MAX_PIXELS
-from .snapshots import default_snapshot_dir
+from .snapshots import DEFAULT_ARCHIVE, default_snapshot_dir
 
 DEFAULT_CAMERA = "/camera/image_raw"
 # runtime=True: may change while the node runs (tuning.py); False: read at configure, so a change while
-# configured is refused with the reason and the way (a lifecycle reconfigure or a restart)
+# configured is refused with the reason and the way (a lifecycle reconfigure or a restart); choices:
+# every value a string parameter may take, checked at configure
 Spec = ParameterInfo
 BIG, BIG_FLOAT = 2**31 - 1, 1e9  # the top of a range open above, as the descriptor gives it
 NODE_SPECS: dict[str, Spec] = {
@@ -49,6 +49,16 @@ NODE_SPECS: dict[str, Spec] = {
     "reset_on_time_jump": Spec(False, "Forget the memory when a camera's stamps jump back by more than one "
                                       "sampling period (a bag loop); false keeps it and restarts sampling",
                                runtime=True),
+    "archive_path": Spec(DEFAULT_ARCHIVE, "The archive (docs/archive.md): every chunk also kept on disk, recalled by "
+                                          "questions that reach past the working memory, kept across restarts; a "
+                                          "folder, '' = off, 'default' = <ROS home>/streamcache/archive/<the node's "
+                                          "full name>, one per node"),
+    "archive_max_bytes": Spec(DEFAULT_ARCHIVE_MAX_BYTES, "The archive's bound in bytes: past it the oldest chunks go "
+                                                         "(the first chunk of each camera stays)", 1),
+    "recall_chunks": Spec(0, "Archived chunks a question with no time window brings back for its relevance, beside "
+                             "the stream's first and newest chunks, answered over that short replay (0 = none: the "
+                             "working memory answers it; windows and when reach the archive either way; "
+                             "docs/archive.md \"Recall\")", 0, 64),
     "watch_questions": Spec([], "Standing yes/no questions, each asked over the window of every chunk just encoded; "
                                 "every answer is published on watch_events (WatchEvent)", runtime=True),
 }
@@ -134,16 +144,12 @@ def read_all(node) -> dict[str, Any]:
     return out
 
 
-# string parameters whose every value is known here (the engine checks the rest in build_session)
-CHOICES = {"attention": ("auto", "sdpa", "flash"), "options_mode": ("scored", "generated"),
-           "camera_budget_share": ("equal", "shared")}
-
-
 def validate_node_params(values: dict[str, Any]) -> None:
-    """What rclpy's descriptors cannot say; the engine checks its own parameters in build_session."""
-    for name, allowed in CHOICES.items():
-        if name in values and values[name] not in allowed:
-            raise ConfigError(name, f"'{values[name]}' is not one of {'|'.join(allowed)}")
+    """What rclpy's descriptors cannot say: a value outside a declaration's choices, the cameras, the
+    standing questions; the engine checks the rest of its own parameters in build_session."""
+    for name, spec in all_specs().items():
+        if spec.choices and name in values and values[name] not in spec.choices:
+            raise ConfigError(name, f"'{values[name]}' is not one of {'|'.join(spec.choices)}")
     topics = values["camera_topics"]
     if not topics:
         raise ConfigError("camera_topics", "is empty: name at least one image topic")
@@ -181,5 +187,5 @@ def unknown_overrides(node) -> list[str]:
 
 def engine_params(values: dict[str, Any]) -> dict[str, Any]:
     """The flat dict ``engine.factory.build_session`` takes."""
-    engine = set(ENGINE_DEFAULTS) | set(setting_parameters())
+    engine = set(engine_parameters()) | set(setting_parameters())
     return {name: value for name, value in values.items() if name in engine}

@@ -19,6 +19,22 @@ from dataclasses import dataclass
 from ..engine.errors import ConfigError, SnapshotError
 
 
+def ros_home() -> str:
+    """$ROS_HOME, or ~/.ros, as ROS 2 places its own files."""
+    return os.path.expanduser(os.environ.get("ROS_HOME") or os.path.join("~", ".ros"))
+
+
+def archive_folder(value: str, node_name: str) -> str:
+    """The archive's folder for the parameter ``value``: '' (off) as it is; "default" is
+    ``<ROS home>/streamcache/archive/<the node's full name>``, so two nodes never share one."""
+    if value != DEFAULT_ARCHIVE:
+        return os.path.expanduser(value)
+    return os.path.join(ros_home(), "streamcache", "archive", node_name.strip("/").replace("/", "__"))
+
+
+DEFAULT_ARCHIVE = "default"
+
+
 def default_snapshot_dir() -> str:
     """``<ROS home>/streamcache/snapshots``: $ROS_HOME, or ~/.ros, as ROS 2 places its own files."""
     home = os.environ.get("ROS_HOME") or os.path.join("~", ".ros")

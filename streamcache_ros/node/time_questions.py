@@ -12,12 +12,14 @@ from __future__ import annotations
 import threading
 import time
 import traceback
+from typing import Callable
 
 from rclpy.qos import QoSDurabilityPolicy, QoSHistoryPolicy, QoSProfile, QoSReliabilityPolicy
 
 from ..engine.errors import ConfigError, StreamCacheError
 from ..engine.status import ChunkReport
 from . import params, translate
+from .publishing import publish_quietly
 
 # one event per standing question per chunk: a deep history keeps a slow reliable subscriber whole
 EVENT_QOS = QoSProfile(history=QoSHistoryPolicy.KEEP_LAST, depth=200, reliability=QoSReliabilityPolicy.RELIABLE,
@@ -25,14 +27,28 @@ EVENT_QOS = QoSProfile(history=QoSHistoryPolicy.KEEP_LAST, depth=200, reliabilit
 
 
 class TimeQuestions:
-    """Mixed into the node (node.py), which owns ``session``, ``values``, ``_active``, ``_camera_key``."""
+    """Serves `when` and asks the standing questions over ``session``. Given ``watch_pub``
+    (watch_events), ``camera_key`` (a camera as asked for -> its resolved topic), the node's ``name``
+    and ``logger``, ``is_active``, and ``changed()``: called after each `when`, to refresh the
+    memory's status."""
 
-    def _init_time_questions(self) -> None:
+    def __init__(self, session, watch_pub, camera_key: Callable[[str], str], name: str, logger,
+                 is_active: Callable[[], bool], changed: Callable[[], None]):
+        self.session = session
+        self.watch_pub = watch_pub
+        self.camera_key = camera_key
+        self.name = name
+        self.log = logger
+        self.is_active = is_active
+        self.changed = changed
         self._watch_lock = threading.Lock()
         self._watch_questions: list[str] = []
         self._last_answers: dict[tuple[str, str], str] = {}  # (question, camera) -> previous answer
         self.last_watch_ms = 0.0  # the standing questions' time on the last chunk (latency diagnostic)
-        self.watch_pub = None
+
+    @property
+    def watch_count(self) -> int:
+        return len(self._watch_questions)
 
     def set_watch_questions(self, questions) -> None:
         """The standing questions from now on (configure, and a runtime ``watch_questions`` change);
@@ -42,40 +58,39 @@ class TimeQuestions:
             self._watch_questions = questions
             self._last_answers = {k: v for k, v in self._last_answers.items() if k[0] in questions}
 
-    def _on_when(self, request, response):
-        session = self.session
-        if not self._active or session is None:
+    def on_when(self, request, response):
+        if not self.is_active():
             response.success = False
-            response.error_message = f"{self.get_name()} is not active: configure and activate it first"
+            response.error_message = f"{self.name} is not active: configure and activate it first"
             return response
         try:
-            found = session.when(request.question, request.mode or "last", camera=self._camera_key(request.camera),
-                                 since=translate.window_bound(request.since),
-                                 until=translate.window_bound(request.until))
+            found = self.session.when(request.question, request.mode or "last",
+                                      camera=self.camera_key(request.camera),
+                                      since=translate.window_bound(request.since),
+                                      until=translate.window_bound(request.until))
         except StreamCacheError as err:  # refused, or failed with the memory unchanged
             response.success, response.error_message = False, str(err)
             return response
         except Exception as err:  # noqa: BLE001 - a request never takes the node down
-            self.get_logger().error(f"when failed: {type(err).__name__}: {err}\n{traceback.format_exc()}")
+            self.log.error(f"when failed: {type(err).__name__}: {err}\n{traceback.format_exc()}")
             response.success, response.error_message = False, f"internal error: {type(err).__name__}: {err}"
             return response
         finally:
-            self._refresh_status()
+            self.changed()
         return translate.fill_when(response, found)
 
-    def _watch_chunk(self, report: ChunkReport) -> None:
+    def ask_standing(self, report: ChunkReport) -> None:
         """The standing questions over the chunk just encoded; one WatchEvent per answer."""
         with self._watch_lock:
             questions = list(self._watch_questions)
-        session = self.session
-        if not questions or session is None or self.watch_pub is None:
+        if not questions or self.watch_pub is None:
             self.last_watch_ms = 0.0
             return
         started = time.perf_counter()
         try:
-            answers = session.watch(questions, report)
+            answers = self.session.watch(questions, report)
         except StreamCacheError as err:
-            self.get_logger().warning(f"standing questions on the chunk from {report.camera}: {err}")
+            self.log.warning(f"standing questions on the chunk from {report.camera}: {err}")
             answers = []
         self.last_watch_ms = (time.perf_counter() - started) * 1e3
         with self._watch_lock:
@@ -83,13 +98,14 @@ class TimeQuestions:
                 key = (answer.question, answer.camera)
                 previous = self._last_answers.get(key)
                 self._last_answers[key] = answer.answer
-                self._publish(self.watch_pub, translate.watch_event(answer, previous is not None and
-                                                                     previous != answer.answer))
+                publish_quietly(self.watch_pub, translate.watch_event(answer, previous is not None and
+                                                                      previous != answer.answer))
 
-    def _watch_questions_changed(self, value) -> str:
-        """Why a runtime ``watch_questions`` value cannot be taken ('' = it can)."""
-        try:
-            params.check_watch_questions(list(value))
-        except (ConfigError, TypeError) as err:
-            return str(err)
-        return ""
+
+def watch_questions_refusal(value) -> str:
+    """Why a runtime ``watch_questions`` value cannot be taken ('' = it can)."""
+    try:
+        params.check_watch_questions(list(value))
+    except (ConfigError, TypeError) as err:
+        return str(err)
+    return ""

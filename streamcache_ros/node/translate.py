@@ -43,6 +43,11 @@ def memory_status(status: SessionStatus, cameras: dict[str, CameraSnapshot], sta
     msg.gpu_allocated_bytes, msg.gpu_reserved_bytes = device.allocated_bytes, device.reserved_bytes
     msg.gpu_peak_bytes = device.peak_bytes
     msg.process_rss_bytes = status.process_rss_bytes
+    if status.archive is not None:
+        archive = status.archive
+        msg.archive_chunks, msg.archive_bytes = archive.chunks, archive.bytes
+        msg.archive_oldest_stamp = seconds_to_time(archive.oldest_stamp)
+        msg.archive_newest_stamp = seconds_to_time(archive.newest_stamp)
     if chunk is not None:
         msg.encode_ms, msg.prefill_ms, msg.compress_ms = chunk.encode_ms, chunk.prefill_ms, chunk.compress_ms
     msg.last_ttft_ms = status.last_ttft_ms
@@ -85,6 +90,7 @@ def fill_answer(result, answer: Answer, now_s: float):
     result.answer = answer.text
     result.option_index = answer.option_index
     result.option_probabilities = [float(p) for p in answer.option_probabilities]
+    result.recalled_chunks = int(answer.recalled_chunks)
     result.frames_in_memory = answer.frames_in_memory
     result.oldest_stamp = seconds_to_time(answer.oldest_stamp)
     result.newest_stamp = seconds_to_time(answer.newest_stamp)
