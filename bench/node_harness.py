@@ -9,6 +9,7 @@ import os
 import pathlib
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
@@ -26,7 +27,8 @@ os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")  # this proc
 
 
 def child_env(domain: int) -> dict:
-    return processes.child_env(domain, (str(ROOT),))
+    # a ROS home of its own: each benchmark node starts with an empty archive (docs/archive.md)
+    return processes.child_env(domain, (str(ROOT),), tempfile.mkdtemp(prefix="streamcache-bench-home-"))
 
 
 def start(cmd: list[str], env: dict, log: pathlib.Path) -> subprocess.Popen:

@@ -39,8 +39,10 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
 
 
 def child_env(domain: int, extra_pythonpath: str | None = None) -> dict:
-    """The environment of a child on ``domain`` that runs this checkout (``extra_pythonpath`` first)."""
-    return processes.child_env(domain, (extra_pythonpath, str(ROOT)))
+    """The environment of a child on ``domain`` that runs this checkout (``extra_pythonpath`` first),
+    with a ROS home of its own, so that every node starts with an empty archive of its own unless
+    a test names one (archive_path)."""
+    return processes.child_env(domain, (extra_pythonpath, str(ROOT)), tempfile.mkdtemp(prefix="home-", dir=LOG_DIR))
 
 
 # every child's log in one folder, removed when the test session ends

@@ -155,7 +155,9 @@ def test_a_window_holding_no_frame_in_memory_is_refused_and_the_memory_kept(clie
 
 
 def h2svc_node(snapshot_path) -> list[str]:
+    # the archive beside the snapshot: a restart keeps both, as on a robot (docs/archive.md)
     return tiny_node(NS + "_h2", [CAM], policy="h2svc", reindex="eager", memory_snapshot_path=str(snapshot_path),
+                     archive_path=str(snapshot_path.parent / "archive"),
                      evidence_k=K, **{"h2svc.w_s": 1, "h2svc.w_w": 3, "h2svc.n_e": 6})
 
 

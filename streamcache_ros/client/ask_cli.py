@@ -94,7 +94,7 @@ def _status_dict(m) -> dict:
     plain = {}
     for name in m.get_fields_and_field_types():
         value = getattr(m, name)
-        if name in ("oldest_stamp", "newest_stamp"):
+        if name.endswith("_stamp"):  # oldest, newest, archive_oldest, archive_newest: seconds
             value = _time(value)
         elif name == "header":
             value = _time(value.stamp)

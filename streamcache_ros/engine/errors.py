@@ -70,3 +70,8 @@ def describe_failure(err: BaseException) -> str:
     text = str(err).splitlines()[0] if str(err) else ""
     hint = " (out of memory: lower budget_tokens, chunk_frames or the frame size)" if is_out_of_memory(err) else ""
     return f"{type(err).__name__}: {text}{hint}"
+
+
+class ArchiveError(StreamCacheError):
+    """The archive cannot be used (held by another node, written by another model or for other
+    cameras, not a folder): nothing of it was changed (docs/archive.md "Refusals")."""

@@ -19,20 +19,23 @@ import numpy as np
 import torch
 
 from . import failpoints
-from .adapters import ModelAdapter, VisionInputs
+from .adapters import ModelAdapter
+from .archive.keys import chunk_key, unit_keys
+from .archive.record import EncodedChunk
 from .cache import CachePolicy, ChunkContext, ChunkOutcome, NewTokens
 from .cache.positions import PositionRangeError
 from .config import SessionConfig
 from .errors import ChunkError, describe_failure, is_out_of_memory, release_device_memory
 from .guidance import GuidanceProvider
 from .ledger import UnitLedger
-from .status import ChunkReport, Exchange
+from .status import ChunkReport, CompressionOutcome, Exchange
 
 
 class ChunkPipeline:
     def __init__(self, adapter: ModelAdapter, policy: CachePolicy, ledger: UnitLedger, config: SessionConfig):
         self.adapter, self.policy, self.ledger, self.config = adapter, policy, ledger, config
         self.guidance = GuidanceProvider(adapter)  # computes what a policy's guidance_request asks for
+        self.key_layers: tuple[int, ...] = ()  # layers whose keys make a chunk's retrieval key (archive on)
         self.attempts = 0  # every chunk started, failed or not (failpoint plans count these)
         self.clear()
 
@@ -41,17 +44,28 @@ class ChunkPipeline:
         self.last_error = ""
         self.stopped = ""  # why chunks are not taken in (the position range is full), "" while they are
         self.last: ChunkReport | None = None
+        self.last_encoded: EncodedChunk | None = None
+        self.last_key = None
 
     def run(self, camera: str, batch: list[tuple[np.ndarray, float]], history: list[Exchange]) -> ChunkReport:
         """Encode, prefill and compress one chunk of ``camera``'s (frame, stamp) pairs; ``history``:
         the past exchanges a policy's guidance may read. Raises ChunkError (``kept`` says whether
-        the frames stayed in memory)."""
+        the frames stayed in memory). ``last_encoded`` then holds what the archive keeps of it."""
+        stamps = [float(stamp) for _, stamp in batch]
+        return self._run(camera, stamps, history, lambda source, clock: self._encode(camera, batch, stamps, clock))
+
+    def run_encoded(self, chunk: EncodedChunk, history: list[Exchange]) -> ChunkReport:
+        """A chunk the vision encoder saw before (an archived one): prefilled and compressed as
+        ``run`` does, with no encoding."""
+        return self._run(chunk.camera, list(chunk.stamps), history, lambda source, clock: chunk)
+
+    def _run(self, camera: str, stamps: list[float], history: list[Exchange], encode) -> ChunkReport:
         self.attempts += 1
-        source = f"chunk of {len(batch)} frame(s) from '{camera or 'default'}'"
+        source = f"chunk of {len(stamps)} frame(s) from '{camera or 'default'}'"
         started = time.perf_counter()
-        inputs, times = self._take_in(batch, source, self.ledger.clock(camera))
+        encoded, times = self._take_in(encode, source, self.ledger.clock(camera))
         chunk_id = self.ledger.next_chunk
-        unit_frames = {self.ledger.next_unit + i: tuple(f) for i, f in enumerate(inputs.unit_frames)}
+        unit_frames = {self.ledger.next_unit + i: tuple(f) for i, f in enumerate(encoded.unit_frames)}
         compress_error = None
         try:
             failpoints.hit("compress", chunk=self.attempts)
@@ -61,9 +75,9 @@ class ChunkPipeline:
             compress_error, outcome = err, ChunkOutcome()
             release_device_memory(err)
         times.append(time.perf_counter())
-        self.ledger.book_chunk(camera, [tuple(batch[i][1] for i in f) for f in inputs.unit_frames],
-                               inputs.tokens_per_unit)
+        self.ledger.book_chunk(camera, encoded.unit_stamps(), encoded.tokens_per_unit)
         self.encoded += 1
+        self.last_encoded = encoded
         # the units that left the cache: the outcome lists them; after a failed compression the
         # cache says what it still holds
         if compress_error is None:
@@ -71,8 +85,9 @@ class ChunkPipeline:
         else:
             self.ledger.forget(held=self.policy.stats().units)
         encode_ms, prefill_ms, compress_ms = (np.diff([started] + times) * 1e3).tolist()
-        self.last = ChunkReport(chunk_id, camera, len(batch), inputs.num_units, inputs.num_units * inputs.tokens_per_unit,
-                                encode_ms, prefill_ms, compress_ms, outcome,
+        self.last = ChunkReport(chunk_id, camera, len(stamps), encoded.num_units,
+                                encoded.num_units * encoded.tokens_per_unit,
+                                encode_ms, prefill_ms, compress_ms, CompressionOutcome.of(outcome),
                                 describe_failure(compress_error) if compress_error else "")
         if compress_error is not None:
             message = (f"{source}: compressing failed ({describe_failure(compress_error)}); its frames are kept, "
@@ -83,29 +98,37 @@ class ChunkPipeline:
         self.stopped = ""
         return self.last
 
-    def _take_in(self, batch: list[tuple[np.ndarray, float]], source: str,
-                 clock: int) -> tuple[VisionInputs, list[float]]:
-        """The chunk's frames encoded and prefilled into the cache on its camera's position ``clock``
-        (numbered as if the camera were alone, seeing only its own tokens: cache/clocks.py); returns
-        the encoder inputs and the times the two steps ended. On any fault the cache is truncated
-        back and ChunkError raised."""
-        adapter, policy = self.adapter, self.policy
+    def _encode(self, camera: str, batch: list[tuple[np.ndarray, float]], stamps: list[float],
+                clock: int) -> EncodedChunk:
+        """The frames through the adapter's preprocessing and vision encoder; the position range is
+        checked before the encoder runs, so a chunk it cannot take costs no more."""
+        inputs = self.adapter.preprocess([frame for frame, _ in batch])
+        rel = self.adapter.chunk_rel_positions(inputs)
+        self.policy.ensure_room(int(rel.max().item()) + 1 + self._question_room(), clock)
+        failpoints.hit("encode", chunk=self.attempts)
+        embeds = self.adapter.encode(inputs)
+        return EncodedChunk(camera, stamps, [tuple(f) for f in inputs.unit_frames], inputs.tokens_per_unit,
+                            embeds[0] if embeds.dim() == 3 else embeds, rel)
+
+    def _take_in(self, encode, source: str, clock: int) -> tuple[EncodedChunk, list[float]]:
+        """The chunk encoded (``encode(source, clock)``) and prefilled into the cache on its camera's
+        position ``clock`` (numbered as if the camera were alone, seeing only its own tokens:
+        cache/clocks.py); returns it and the times the two steps ended. On any fault the cache is
+        truncated back and ChunkError raised."""
+        policy = self.policy
         mark = policy.mark()
         try:
-            inputs = adapter.preprocess([frame for frame, _ in batch])
-            rel = adapter.chunk_rel_positions(inputs)
-            # before the encoder runs: a chunk the position range cannot take costs no more
+            encoded = encode(source, clock)
+            rel = encoded.rel_positions
             policy.ensure_room(int(rel.max().item()) + 1 + self._question_room(), clock)
             mark = policy.mark()  # ensure_room may re-index; it never changes lengths
-            failpoints.hit("encode", chunk=self.attempts)
-            embeds = adapter.encode(inputs)
-            encoded = time.perf_counter()
+            done_encoding = time.perf_counter()
             first = self.ledger.next_unit
-            unit_ids = torch.arange(first, first + inputs.num_units)
-            chunk = NewTokens(rel, unit_ids.repeat_interleave(inputs.tokens_per_unit),
+            unit_ids = torch.arange(first, first + encoded.num_units)
+            chunk = NewTokens(rel, unit_ids.repeat_interleave(encoded.tokens_per_unit),
                               torch.full((rel.shape[1],), self.ledger.next_chunk, dtype=torch.long), clock)
-            self._prefill(embeds, chunk, inputs.tokens_per_unit)
-            return inputs, [encoded, time.perf_counter()]
+            self._prefill(encoded.embeds, chunk, encoded.tokens_per_unit)
+            return encoded, [done_encoding, time.perf_counter()]
         except PositionRangeError as err:
             policy.truncate(mark)
             raise self._range_full(source, err) from err
@@ -147,7 +170,15 @@ class ChunkPipeline:
         from .prefill import prefill_chunk  # noqa: PLC0415
 
         hook = failpoints.layer_hook("prefill", chunk=self.attempts, layers=self.policy.geometry.num_layers)
-        prefill_chunk(self.adapter, self.policy, embeds, chunk, tokens_per_unit, self.config.prefill_block_tokens, hook)
+        seen: dict[int, list[tuple[torch.Tensor, torch.Tensor]]] = {layer: [] for layer in self.key_layers}
+
+        def observe(layer, _q, k, new):  # the archive's retrieval key (archive/keys.py)
+            if layer in seen:
+                seen[layer].append((k.detach(), new.units))
+        prefill_chunk(self.adapter, self.policy, embeds, chunk, tokens_per_unit, self.config.prefill_block_tokens, hook,
+                      observe if seen else None)
+        self.last_key = chunk_key([unit_keys(torch.cat([k for k, _ in parts], dim=2), torch.cat([u for _, u in parts]))
+                                   for parts in seen.values()]) if seen else None
 
     def _guidance(self, history: list[Exchange]):
         """The guidance q/k the policy asks for before compressing (None: it asks for none)."""

@@ -46,6 +46,9 @@ class Window:
     def holds(self, stamp: float) -> bool:
         return self.since <= stamp <= self.until
 
+    def bounds(self) -> tuple[float, float]:
+        return self.since, self.until
+
 
 @dataclass(frozen=True)
 class Selection:

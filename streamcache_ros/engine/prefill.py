@@ -40,7 +40,8 @@ def prefill_steps(total: int, tokens_per_unit: int, unit_by_unit: bool, block_to
 
 
 def prefill_chunk(adapter: ModelAdapter, policy: CachePolicy, embeds: torch.Tensor, chunk: NewTokens,
-                  tokens_per_unit: int, block_tokens: int = 0, layer_hook: Callable | None = None) -> int:
+                  tokens_per_unit: int, block_tokens: int = 0, layer_hook: Callable | None = None,
+                  observe: Callable | None = None) -> int:
     """Prefill ``embeds`` [Q, hidden], the tokens ``chunk`` describes (positions relative to the
     chunk's start), through ``policy``; returns the forwards run.
 
@@ -56,7 +57,7 @@ def prefill_chunk(adapter: ModelAdapter, policy: CachePolicy, embeds: torch.Tens
         for part in blocks:
             new = NewTokens(rel[:, part] - _offset(rel, part.start), chunk.units[part], chunk.chunks[part],
                             clock=chunk.clock, first_unit=first_unit)
-            adapter.forward(embeds[None, part], new, policy, layer_hook=layer_hook)
+            adapter.forward(embeds[None, part], new, policy, layer_hook=layer_hook, observe=observe)
             forwards += 1
         policy.after_prefill(NewTokens(rel[:, step] - _offset(rel, step.start), chunk.units[step], chunk.chunks[step],
                                        clock=chunk.clock, first_unit=first_unit))

@@ -14,6 +14,8 @@ it was. No ROS here.
 """
 from __future__ import annotations
 
+import dataclasses
+import shutil
 import threading
 import time
 from dataclasses import asdict
@@ -29,12 +31,15 @@ from .cache.evidence import OFFSET, AttentionMass, retention
 from .cache.positions import PositionRangeError
 from .config import SessionConfig, default_evidence_layers
 from .errors import ChunkError, ConfigError, QuestionError, SnapshotError
+from .archive import Archive, ArchiveSettings
 from .ingest import ChunkPipeline
-from .layout import ChunkQueue
+from .chunk_queue import ChunkQueue
 from .ledger import Selection, UnitLedger, Window
 from .answering import YES_NO, QuestionRunner
+from .recall import Recall
+from .budget import check_budget, reference_unit, resolved_budget_tokens
 from .snapshot_io import read_snapshot, write_snapshot
-from .status import (Answer, ChunkReport, DeviceMemory, EngineInfo, EvidenceFrame, Exchange, MemoryCounts,
+from .status import (Answer, ArchiveStatus, CacheSummary, ChunkReport, DeviceMemory, EngineInfo, EvidenceFrame, Exchange, MemoryCounts,
                      MemoryTimeline, SessionStatus, WatchAnswer, WhenAnswer, process_rss_bytes)
 from .turns import TurnLock
 
@@ -64,6 +69,7 @@ class Session:
             raise ConfigError("evidence_layers", f"{wrong} are not layers of this model (0..{layers - 1})")
         # the last answer's attention mass, every measured layer's row (bench/evidence_layers.py reads it)
         self.last_attention_mass: AttentionMass | None = None
+        self.recall: Recall | None = None  # the archive tier, once attached (attach_archive)
         with self._cache_lock:
             self._clear()
 
@@ -82,11 +88,49 @@ class Session:
                              self.policy)
 
     def reset(self) -> int:
-        """Forget every frame and the question history; returns the frames forgotten."""
+        """Forget every frame and the question history, the archive's too; returns the frames
+        forgotten from the working memory."""
         with self._cache_lock, self._pending_lock:
             forgotten = self._counts().frames
             self._clear()
+            if self.recall is not None:
+                self.recall.archive.clear()
             return forgotten
+
+    # -- the archive tier -------------------------------------------------------------------------
+    def attach_archive(self, archive: Archive, key_layers: tuple[int, ...] = ()) -> None:
+        """From now on every chunk also goes to ``archive``, and questions that reach past the
+        working memory are answered from it (recall.py; docs/archive.md). ``key_layers``: the
+        layers of the retrieval keys (default: the evidence layers)."""
+        with self._cache_lock:
+            self.recall = Recall(self, archive, tuple(key_layers) or tuple(self.evidence_layers))
+
+    def open_archive(self, path: str, max_bytes: int, recall_chunks: int, owner: str = "") -> list[str]:
+        """Open (or create) the archive in the folder ``path`` for this model and these cameras, and
+        attach it; returns what opening found and mended (each a warning to log). ArchiveError when
+        it is refused (held by another node, another model's, other cameras), nothing changed."""
+        if int(recall_chunks) < 0:
+            raise ConfigError("recall_chunks", f"must be >= 0, got {recall_chunks}")
+        settings = ArchiveSettings(path, max_bytes=int(max_bytes), recall_chunks=int(recall_chunks))
+        identity = {"model_id": self.adapter.model_id, "config_hash": self.adapter.config_hash}
+        archive = Archive.open(settings, identity, self.config.cameras, owner)
+        self.attach_archive(archive)
+        return list(archive.warnings)
+
+    def close_archive(self) -> None:
+        with self._cache_lock:
+            if self.recall is not None:
+                self.recall.archive.close()
+                self.recall = None
+
+    def _run_chunk(self, camera: str, batch) -> ChunkReport:
+        """One chunk through the pipeline, then into the archive (kept even when its compression
+        failed: its frames are in the working memory then)."""
+        try:
+            return self.chunks.run(camera, batch, self.history)
+        finally:
+            if self.recall is not None:
+                self.recall.keep()
 
     # -- frames ---------------------------------------------------------------------------------
     def add_frame(self, frame: np.ndarray, stamp: float, camera: str = "") -> ChunkReport | None:
@@ -104,14 +148,14 @@ class Session:
         with self._cache_lock:
             waited = self._cache_lock.questions_done - questions_before
             self.most_questions_a_chunk_waited_for = max(self.most_questions_a_chunk_waited_for, waited)
-            return self.chunks.run(camera, batch, self.history)
+            return self._run_chunk(camera, batch)
 
     def flush(self) -> list[ChunkReport]:
         """Encode every camera's queued frames now (a partial chunk)."""
         with self._cache_lock:
             with self._pending_lock:
                 batches = self._pending.flush()
-            return [self.chunks.run(camera, batch, self.history) for camera, batch in batches]
+            return [self._run_chunk(camera, batch) for camera, batch in batches]
 
     def pending_frames(self) -> int:
         with self._pending_lock:
@@ -141,6 +185,12 @@ class Session:
             raise QuestionError(f"evidence_k must be >= 0, got {evidence_k}")
         with self._cache_lock.question():
             seen = self._select(camera, window, len(ids), budget)
+            replay = self.recall.for_ask(ids, camera, window, seen.clock) if self.recall is not None else None
+            if replay is None and not seen.units:
+                self.ledger.visible(camera, window)  # refuses, as without an archive
+            if replay is not None:
+                return self._ask_replay(replay, question, options, camera, max_new_tokens, on_text, should_stop,
+                                        since, until, evidence_k, started)
             probe = AttentionMass(self.evidence_layers, self.policy.geometry.num_layers, self.ledger.next_unit,
                                   self.policy.geometry.device) if evidence_k else None
             if options and self.config.options_mode == "scored":
@@ -160,6 +210,18 @@ class Session:
                       oldest_stamp=held.oldest_stamp, newest_stamp=held.newest_stamp, kv_tokens=held.kv_tokens,
                       cancelled=reply.cancelled, evidence=evidence, evidence_summary_share=summary_share,
                       option_probabilities=reply.probabilities)
+
+    def _ask_replay(self, replay, question, options, camera, max_new_tokens, on_text, should_stop, since, until,
+                    evidence_k, started) -> Answer:
+        """``ask`` over a replay of archived chunks (recall.py), booked as this session's question."""
+        answer = replay.session.ask(question, options, camera, max_new_tokens, on_text, should_stop, since, until,
+                                    evidence_k)
+        self.history.append(Exchange(question, answer.text, list(options)))
+        del self.history[:-self.config.history_size]
+        self.questions_answered += 1
+        self.last_ttft_ms = answer.ttft_ms
+        return dataclasses.replace(answer, recalled_chunks=len(replay.chunks),
+                                   total_ms=(time.perf_counter() - started) * 1e3)
 
     def _question_ids(self, question: str, options: list[str], camera: str, answer_tokens: int) -> list[int]:
         """The question's token ids with its prompt; QuestionError for anything that cannot be asked
@@ -182,7 +244,14 @@ class Session:
         except ChunkError as err:
             if not err.position_range:  # a full memory still answers from what it holds
                 raise
-        seen = self.ledger.visible(camera, window)
+        try:
+            seen = self.ledger.visible(camera, window)
+        except QuestionError:
+            # the working memory sees nothing there (or holds nothing yet, after a restart): the
+            # archive may; the caller asks it, and refuses as this did when it has nothing either
+            if self.recall is None or not self.recall.archive.store.rows(*(window or Window()).bounds(), camera):
+                raise
+            seen = Selection([], None, window, None)
         try:
             self.policy.ensure_room(prompt_tokens + answer_tokens, seen.clock)
         except PositionRangeError as err:
@@ -203,6 +272,15 @@ class Session:
         window = checks.checked_window(since, until)
         with self._cache_lock.question():
             seen = self._select(camera, window or Window(), len(ids), 1)
+            replay = (self.recall.for_when(ids, camera, window or Window(), seen.clock)
+                      if self.recall is not None else None)
+            if replay is None and not seen.units:
+                self.ledger.visible(camera, window)
+            if replay is not None:
+                found = replay.session.when(question, mode, camera, since, until)
+                self.questions_answered += 1
+                return dataclasses.replace(found, recalled_chunks=len(replay.chunks),
+                                           total_ms=(time.perf_counter() - started) * 1e3)
             units = sorted(seen.units, key=lambda u: (min(self.ledger.units[u].stamps), u))
             found = when_search.search(mode, len(units), lambda windows: self.answering.yes([ids] * len(windows), [
                 [units[i] for i in w] for w in windows], seen.clock), when_search.SearchSettings.within(
@@ -221,6 +299,8 @@ class Session:
             if not prompts or not units:
                 return []
             p_yes = self.answering.yes(prompts, [units] * len(prompts), self.ledger.clock(chunk.camera))
+            if self.recall is not None:
+                self.recall.note_watch(chunk.chunk_id, dict(zip(questions, p_yes)))
         stamp = max(self.ledger.stamps(units), default=0.0)
         return [WatchAnswer(q, chunk.camera, stamp, p) for q, p in zip(questions, p_yes)]
 
@@ -268,7 +348,7 @@ class Session:
             return SessionStatus(
                 policy=self.policy.name, model_id=self.adapter.model_id,
                 frames_in_memory=counts.frames, oldest_stamp=counts.oldest_stamp, newest_stamp=counts.newest_stamp,
-                cache=stats, prefix_tokens=len(self.adapter.prefix_ids),
+                cache=CacheSummary.of(stats), prefix_tokens=len(self.adapter.prefix_ids),
                 device_memory=DeviceMemory.of(self.adapter.device), last_chunk=self.chunks.last,
                 chunks_encoded=self.chunks.encoded, chunks_failed=self.chunks.failed,
                 chunks_failed_in_a_row=self.chunks.failed_in_a_row, last_chunk_error=self.chunks.last_error,
@@ -276,7 +356,21 @@ class Session:
                 questions_answered=self.questions_answered, pending_frames=self.pending_frames(),
                 last_ttft_ms=self.last_ttft_ms, cameras=list(self.ledger.cameras),
                 most_questions_a_chunk_waited_for=self.most_questions_a_chunk_waited_for,
-                camera_memory=self.ledger.camera_counts(held, stats.kv_tokens), process_rss_bytes=process_rss_bytes())
+                camera_memory=self.ledger.camera_counts(held, stats.kv_tokens), process_rss_bytes=process_rss_bytes(),
+                archive=self._archive_status())
+
+    def _archive_status(self) -> ArchiveStatus | None:
+        if self.recall is None:
+            return None
+        stats = self.recall.archive.stats()
+        folder = self.recall.archive.store.folder
+        try:
+            disk_free = shutil.disk_usage(folder).free
+        except OSError:  # the folder was removed under the node: the diagnostic then says the disk is full
+            disk_free = 0
+        return ArchiveStatus(chunks=stats["chunks"], bytes=stats["bytes"], max_bytes=stats["max_bytes"],
+                             file_bytes=stats["file_bytes"], disk_free_bytes=disk_free,
+                             oldest_stamp=stats["oldest_stamp"], newest_stamp=stats["newest_stamp"], path=str(folder))
 
     # -- runtime tuning -------------------------------------------------------------------------
     def tune(self, max_new_tokens: int | None = None, sample_fps: float | None = None,
@@ -286,12 +380,10 @@ class Session:
         are encoded first, at the old rate (a partial chunk), so that every chunk's time stride
         (Qwen2.5-VL's M-RoPE t) matches its own frames' spacing. ``budget_tokens``: the next chunk's
         compression brings the cache to it."""
-        if max_new_tokens is not None and int(max_new_tokens) < 1:
-            raise ConfigError("max_new_tokens", f"must be >= 1, got {max_new_tokens}")
-        if sample_fps is not None and not float(sample_fps) > 0:
-            raise ConfigError("sample_fps", f"must be > 0, got {sample_fps}")
-        if budget_tokens is not None and not self.policy.settings_class.takes("budget_tokens"):
-            raise ConfigError("budget_tokens", f"is not used by policy {self.policy.name}: it keeps no token budget")
+        changes = {"max_new_tokens": max_new_tokens, "sample_fps": sample_fps, "budget_tokens": budget_tokens}
+        for name, value in changes.items():
+            if value is not None:
+                self._check_tunable(name, value)
         with self._cache_lock:
             if max_new_tokens is not None:
                 self.config.max_new_tokens = int(max_new_tokens)
@@ -302,6 +394,26 @@ class Session:
                     self.flush()  # a chunk that fails here is dropped and reported (ChunkError) ...
                 finally:
                     self.adapter.set_sample_fps(float(sample_fps))  # ... and the new rate applies all the same
+
+    def _check_tunable(self, name: str, value) -> None:
+        """ConfigError when ``tune`` cannot take ``value`` for ``name``."""
+        if name == "max_new_tokens" and int(value) < 1:
+            raise ConfigError("max_new_tokens", f"must be >= 1, got {value}")
+        if name == "sample_fps" and not float(value) > 0:
+            raise ConfigError("sample_fps", f"must be > 0, got {value}")
+        if name == "budget_tokens" and not self.policy.settings_class.takes("budget_tokens"):
+            raise ConfigError("budget_tokens", f"is not used by policy {self.policy.name}: it keeps no token budget")
+
+    def check_runtime(self, name: str, value) -> None:
+        """ConfigError when the running stream cannot take ``value`` for the runtime parameter
+        ``name``: what ``tune`` refuses, and a budget that cannot hold one reference frame."""
+        self._check_tunable(name, value)
+        if name == "budget_tokens":
+            check_budget(self.adapter, int(value), reference_unit(self.adapter).tokens_per_unit)
+
+    def budget_in_force(self, budget_tokens: int) -> int:
+        """The budget ``budget_tokens`` puts in force on this model: itself, or for 0 the model's own."""
+        return resolved_budget_tokens(int(budget_tokens), self.adapter)
 
     # -- snapshots ------------------------------------------------------------------------------
     def _identity(self) -> dict:

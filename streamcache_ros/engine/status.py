@@ -1,16 +1,66 @@
 """What the engine reports, as dataclasses: a chunk's report, an answer, the session's status.
 
-The node turns these into ROS messages and diagnostics; it reads nothing else of the engine.
+The node turns these into ROS messages and diagnostics; it reads nothing else of the engine. Every
+type here is the engine's own: what the cache reports is copied into them where the session reads
+it, so no cache type reaches a front end.
 """
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import torch
 
-from .cache import CacheStats, ChunkOutcome
+
+def _copied(cls, source, **overrides):
+    """A ``cls`` with every field ``source`` has of the same name (lists and dicts copied), then ``overrides``."""
+    values = {f.name: getattr(source, f.name) for f in fields(cls) if hasattr(source, f.name)}
+    values = {k: type(v)(v) if isinstance(v, (list, dict)) else v for k, v in values.items()}
+    return cls(**{**values, **overrides})
+
+
+@dataclass
+class CompressionOutcome:
+    """What compressing after a chunk did. ``evicted_units``: the units no longer held anywhere;
+    ``details``: the policy's own figures (summary tokens, guidance passes, STCE evictions ...)."""
+
+    evicted_units: list[int] = field(default_factory=list)
+    evicted_tokens: int = 0
+    reindexed: bool = False
+    details: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, outcome) -> "CompressionOutcome":
+        """From the policy's own outcome of ``after_chunk``."""
+        return _copied(cls, outcome)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"evicted_units": list(self.evicted_units), "evicted_tokens": self.evicted_tokens,
+                "reindexed": self.reindexed, **self.details}
+
+
+@dataclass
+class CacheSummary:
+    """What the cache holds (docs/interfaces.md, "What the numbers mean"): tokens per layer and per
+    bank, with the banks' names (H2SVC: instantaneous, short_term, episodic; empty otherwise)."""
+
+    policy: str = ""
+    layer_tokens: list[int] = field(default_factory=list)  # per layer (H2SVC: the mean over its KV heads)
+    kv_tokens: int = 0  # all layers (or heads) summed
+    kv_bytes: int = 0  # bytes the cache tensors hold
+    budget_tokens: int = 0  # 0: the policy takes none
+    units: list[int] = field(default_factory=list)  # video units with a token held anywhere, ascending
+    max_position: float = -1.0
+    reindex_events: int = 0
+    bank_tokens: list[int] = field(default_factory=list)
+    bank_names: list[str] = field(default_factory=list)  # what bank_tokens counts, in order
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, stats) -> "CacheSummary":
+        """From the policy's ``stats()``."""
+        return _copied(cls, stats, bank_names=list(stats.extra.get("bank_names", [])))
 
 
 @dataclass(frozen=True)
@@ -44,7 +94,7 @@ class ChunkReport:
     encode_ms: float
     prefill_ms: float
     compress_ms: float
-    outcome: ChunkOutcome = field(default_factory=ChunkOutcome)
+    outcome: CompressionOutcome = field(default_factory=CompressionOutcome)
     compress_error: str = ""  # compressing failed: the chunk's frames are kept, over budget
 
     @property
@@ -83,6 +133,23 @@ class Answer:
     evidence_summary_share: float = 0.0
     # options scored by their likelihood (options_mode "scored"): one probability per option; empty otherwise
     option_probabilities: list[float] = field(default_factory=list)
+    # chunks brought back from the archive and replayed for this answer (0: the working memory answered)
+    recalled_chunks: int = 0
+
+
+@dataclass
+class ArchiveStatus:
+    """The archive tier (docs/archive.md): chunks and payload bytes held, the bound, the file's bytes
+    on disk, the free bytes of its file system, and the span of stamps it reaches."""
+
+    chunks: int = 0
+    bytes: int = 0
+    max_bytes: int = 0
+    file_bytes: int = 0
+    disk_free_bytes: int = 0
+    oldest_stamp: float = 0.0
+    newest_stamp: float = 0.0
+    path: str = ""
 
 
 @dataclass
@@ -100,6 +167,7 @@ class WhenAnswer:
     questions_asked: int
     total_ms: float
     frames_searched: int
+    recalled_chunks: int = 0  # archived chunks the search ran over (0: the working memory alone)
 
 
 @dataclass(frozen=True)
@@ -193,7 +261,7 @@ class SessionStatus:
     frames_in_memory: int = 0
     oldest_stamp: float = 0.0
     newest_stamp: float = 0.0
-    cache: CacheStats = field(default_factory=CacheStats)
+    cache: CacheSummary = field(default_factory=CacheSummary)
     prefix_tokens: int = 0  # system prompt tokens per layer (kept on top of any budget)
     device_memory: DeviceMemory = field(default_factory=DeviceMemory)
     last_chunk: ChunkReport | None = None
@@ -210,6 +278,7 @@ class SessionStatus:
     most_questions_a_chunk_waited_for: int = 0
     camera_memory: dict[str, MemoryCounts] = field(default_factory=dict)  # per camera, as frames_in_memory
     process_rss_bytes: int = 0  # the process's resident host memory (what an edge board runs out of first)
+    archive: ArchiveStatus | None = None  # None: no archive
 
     @property
     def memory(self) -> MemoryCounts:

@@ -18,6 +18,7 @@ import argparse
 import os
 import pathlib
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -28,6 +29,7 @@ from .ros_install import ros2_launch_unavailable
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 NAMESPACE = "/streamcache"
+DEMO_HOME = ROOT / "data" / "demo_ros_home"
 # The demo bag: a world stream whose end allows every question kind (seed picked for that, not for
 # the answers), 100 frames at 1 fps, 320x240 rgb8
 DEMO_SEED, DEMO_FRAMES, DEMO_SIZE = 23, 100, (320, 240)
@@ -72,6 +74,9 @@ def ensure_bag(path: pathlib.Path) -> None:
 def child_env() -> dict:
     env = dict(os.environ)
     env["PYTHONPATH"] = f"{ROOT}{os.pathsep}{env['PYTHONPATH']}" if env.get("PYTHONPATH") else str(ROOT)
+    # a ROS home of its own, whose archive main() empties: the node's archive (docs/archive.md)
+    # starts empty at every demo, as the answers beside the truth assume
+    env["ROS_HOME"] = str(DEMO_HOME)
     return env
 
 
@@ -219,6 +224,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--without-launch", action="store_true",
                         help="start the node and the replay as console entries even where `ros2 launch` works")
     args = parser.parse_args(argv)
+    shutil.rmtree(DEMO_HOME / "streamcache" / "archive", ignore_errors=True)  # the last demo's memory
 
     os.environ.setdefault("ROS_DOMAIN_ID", str(random.randint(120, 220)))
     os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")

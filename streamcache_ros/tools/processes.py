@@ -20,10 +20,13 @@ def new_domain() -> int:
     return random.SystemRandom().randint(int(low), int(high or low))
 
 
-def child_env(domain: int, pythonpath=()) -> dict:
+def child_env(domain: int, pythonpath=(), ros_home: str | None = None) -> dict:
     """This process's environment for a child on ``domain``, localhost only, offline, unbuffered, with
-    ``pythonpath`` (the checkout, ...) first on its PYTHONPATH."""
+    ``pythonpath`` (the checkout, ...) first on its PYTHONPATH; ``ros_home``: its ROS home (where a
+    node keeps its archive by default, docs/archive.md), else this process's."""
     env = dict(os.environ)
+    if ros_home:
+        env["ROS_HOME"] = ros_home
     paths = [p for p in (*pythonpath, env.get("PYTHONPATH")) if p]
     env.update(PYTHONPATH=os.pathsep.join(paths), ROS_DOMAIN_ID=str(domain), ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST",
                HF_HUB_OFFLINE="1", TRANSFORMERS_VERBOSITY="error", PYTHONUNBUFFERED="1")

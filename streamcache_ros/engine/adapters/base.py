@@ -259,13 +259,19 @@ class ModelAdapter(abc.ABC):
 
     @torch.inference_mode()
     def forward(self, embeds: torch.Tensor, new: NewTokens, policy: CachePolicy,
-                key_filter: torch.Tensor | None = None, layer_hook: Callable | None = None) -> torch.Tensor:
+                key_filter: torch.Tensor | None = None, layer_hook: Callable | None = None,
+                observe: Callable | None = None) -> torch.Tensor:
         """Run the decoder layers over ``embeds`` [1, Q, hidden], attending through ``policy``.
 
-        Returns the final-norm hidden states [1, Q, hidden]. ``layer_hook(layer_index)`` is called
+        Returns the final-norm hidden states [1, Q, hidden]. ``observe(layer, q, k, new)`` sees each
+        layer's queries and keys before the rotary embedding. ``layer_hook(layer_index)`` is called
         before each layer (the session's failpoints, engine/failpoints.py).
         """
-        return self.decoder(embeds, lambda i, q, k, v: policy.attend(i, q, k, v, new, key_filter), layer_hook)
+        def attend(index, q, k, v):
+            if observe is not None:  # the archive's retrieval keys read the layer's q and k before RoPE
+                observe(index, q, k, new)
+            return policy.attend(index, q, k, v, new, key_filter)
+        return self.decoder(embeds, attend, layer_hook)
 
     def forward_laid_out(self, embeds: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """The decoder over a whole laid-out sequence (layout.lay_out_stream): every token rotated at

@@ -1,0 +1,208 @@
+"""Long memory with and without the archive, over held-out streams of an hour (docs/archive.md).
+
+    python bench/archive_recall.py                                  # 4 hour-long streams, Qwen world model
+    python bench/archive_recall.py --frames 600 --streams 1         # a quick look
+    python bench/archive_recall.py --model world-llava_onevision --out bench/reported
+
+Each held-out world stream (seeds from 510 000 000: no training run draws them) is fed as fast as the
+engine takes it through one Session per bounded policy at 1/8 of the full cache's bytes at 512
+frames (bench/accuracy.py's equal-bytes knobs), each with an archive. At marks along the stream
+every long-memory kind whose precondition holds is asked twice of the *same* memory: once with the
+archive (recall on) and once without it (the archive detached for that question: what the bounded
+working memory alone answers). The GPU cache is the same for both by construction; the run checks
+it. ``last_seen`` / ``first_seen`` go through ``when`` (±2 s). Beside them, in the same run, the
+full cache at 128 frames of each stream: the target's reference.
+
+Recorded per mark: accuracy per kind, with and without; a question's cost in ms and as a multiple
+of one ask on the working memory; KV bytes, process RSS and archive bytes; per-chunk time.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import pathlib
+import shutil
+import sys
+import tempfile
+import time
+from collections import defaultdict
+
+import numpy as np
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from accuracy import (LAST_SEEN_TOLERANCE_S, geometry_for, hour_points, load, make_session,  # noqa: E402
+                      policy_knobs, wilson)
+from common import ROOT, table, write_json  # noqa: E402
+
+from streamcache_ros import world  # noqa: E402
+from streamcache_ros.engine.archive import Archive, ArchiveSettings  # noqa: E402
+
+SEED = 510_000_000
+OPTION_KINDS = ("first_color", "first_shape", "seen")
+WHEN_MODES = {"last_seen": "last", "first_seen": "first"}
+KINDS = OPTION_KINDS + tuple(WHEN_MODES)
+REFERENCE_FRAMES = 128
+EQUAL_BYTES_AT = 512
+
+
+@contextlib.contextmanager
+def working_memory_only(session):
+    """The archive detached for one question: what the bounded working memory alone answers."""
+    recall, session.recall = session.recall, None
+    try:
+        yield
+    finally:
+        session.recall = recall
+
+
+def ask(session, q, stream) -> tuple[bool, float, int]:
+    """(right, ms, chunks recalled) for one world question."""
+    started = time.perf_counter()
+    if q.kind in WHEN_MODES:
+        found = session.when(q.probe, WHEN_MODES[q.kind])
+        right = found.found and abs(found.stamp - stream.stamp(q.answer_frame)) <= LAST_SEEN_TOLERANCE_S
+        return right, (time.perf_counter() - started) * 1e3, found.recalled_chunks
+    answer = session.ask(q.text, q.options)
+    return answer.option_index == q.answer_index, (time.perf_counter() - started) * 1e3, answer.recalled_chunks
+
+
+def run_stream(adapter, seed: int, frames: int, policies: tuple[str, ...], fraction: float, folder: pathlib.Path,
+               recall_chunks: int) -> list[dict]:
+    points = sorted(set(hour_points(frames)) | {REFERENCE_FRAMES})
+    stream = world.make_stream(seed, frames, question_points=points)
+    g = geometry_for(adapter, stream.look, "")
+    full_tokens = g.prefix + EQUAL_BYTES_AT / g.frames_per_unit * g.tokens_per_unit
+    sessions = {}
+    for policy in policies:
+        session = make_session(adapter, policy, policy_knobs(policy, fraction * full_tokens, g))
+        identity = {"model_id": adapter.model_id, "config_hash": adapter.config_hash}
+        settings = ArchiveSettings(str(folder / f"{seed}-{policy}"), recall_chunks=recall_chunks)
+        session.attach_archive(Archive.open(settings, identity, owner=f"bench/{policy}"))
+        sessions[policy] = session
+    reference = make_session(adapter, "full", {})
+    records, chunk_ms = [], defaultdict(list)
+    for i in range(frames):
+        rgb = stream.frame(i)
+        for policy, session in sessions.items():
+            started = time.perf_counter()
+            report = session.add_frame(rgb, stamp=stream.stamp(i))
+            if report is not None:
+                chunk_ms[policy].append((time.perf_counter() - started) * 1e3)
+        if i < REFERENCE_FRAMES:
+            reference.add_frame(rgb, stamp=stream.stamp(i))
+        n = i + 1
+        if n not in points:
+            continue
+        rng = np.random.default_rng((seed, n, 5))
+        questions = stream.questions(n, rng, KINDS)
+        base = {"seed": seed, "length": n}
+        if n == REFERENCE_FRAMES:
+            for q in questions:
+                right, ms, _ = ask(reference, q, stream)
+                records.append({**base, "policy": "full", "archive": False, "kind": q.kind, "correct": right, "ms": ms})
+            continue
+        for policy, session in sessions.items():
+            one_ask = []
+            with working_memory_only(session):
+                for _ in range(3):  # the unit of cost: one ask on the working memory
+                    started = time.perf_counter()
+                    session.ask("How many objects are in view now?", ["0", "1", "2"])
+                    one_ask.append((time.perf_counter() - started) * 1e3)
+            status = session.status()
+            state = {"kv_bytes": status.cache.kv_bytes, "rss_bytes": status.process_rss_bytes,
+                     "archive_bytes": status.archive.bytes, "archive_chunks": status.archive.chunks,
+                     "chunk_ms": float(np.median(chunk_ms[policy][-50:])), "one_ask_ms": float(np.median(one_ask))}
+            for q in questions:
+                with working_memory_only(session):
+                    right, ms, _ = ask(session, q, stream)
+                records.append({**base, **state, "policy": policy, "archive": False, "kind": q.kind, "correct": right,
+                                "ms": ms})
+                right, ms, recalled = ask(session, q, stream)
+                records.append({**base, **state, "policy": policy, "archive": True, "kind": q.kind, "correct": right,
+                                "ms": ms, "recalled_chunks": recalled})
+            assert session.status().cache.kv_bytes == status.cache.kv_bytes  # recall leaves the cache as it was
+    for session in sessions.values():
+        session.close_archive()
+    return records
+
+
+def summarise(records: list[dict]) -> dict:
+    """Per (policy, archive, mark, kind): accuracy with its 95% interval and n; per (policy, mark):
+    the cost and the memory."""
+    cells = defaultdict(list)
+    for r in records:
+        cells[(r["policy"], r["archive"], r["length"], r["kind"])].append(r["correct"])
+        cells[(r["policy"], r["archive"], r["length"], "long-memory")].append(r["correct"])
+    accuracy = {}
+    for (policy, archive, length, kind), hits in sorted(cells.items(), key=str):
+        low, high = wilson(sum(hits), len(hits))
+        accuracy.setdefault(f"{policy}{'+archive' if archive else ''}", {}).setdefault(str(length), {})[kind] = {
+            "accuracy": round(float(np.mean(hits)), 3), "low": round(low, 3), "high": round(high, 3), "n": len(hits)}
+    cost = {}
+    for policy in sorted({r["policy"] for r in records if r["policy"] != "full"}):
+        for length in sorted({r["length"] for r in records if r["policy"] == policy}):
+            rows = [r for r in records if r["policy"] == policy and r["length"] == length]
+            with_archive = [r for r in rows if r["archive"]]
+            one = float(np.median([r["one_ask_ms"] for r in rows]))
+            cost.setdefault(policy, {})[str(length)] = {
+                "one_ask_ms": round(one, 2),
+                "ask_ms_archive": round(float(np.median([r["ms"] for r in with_archive if r["kind"] in OPTION_KINDS])), 2),
+                "when_ms_archive": round(float(np.median([r["ms"] for r in with_archive if r["kind"] in WHEN_MODES])), 2),
+                "ask_multiple": round(float(np.median([r["ms"] / one for r in with_archive if r["kind"] in OPTION_KINDS])), 2),
+                "when_multiple": round(float(np.median([r["ms"] / one for r in with_archive if r["kind"] in WHEN_MODES])), 2),
+                "recalled_chunks": float(np.median([r.get("recalled_chunks", 0) for r in with_archive])),
+                "kv_bytes": int(np.median([r["kv_bytes"] for r in rows])),
+                "rss_mib": round(float(np.median([r["rss_bytes"] for r in rows])) / 2**20, 1),
+                "archive_bytes": int(np.median([r["archive_bytes"] for r in rows])),
+                "chunk_ms": round(float(np.median([r["chunk_ms"] for r in rows])), 2)}
+    return {"accuracy": accuracy, "cost": cost}
+
+
+def print_summary(summary: dict, frames: int) -> None:
+    rows = []
+    for config, marks in summary["accuracy"].items():
+        for length, kinds in sorted(marks.items(), key=lambda kv: int(kv[0])):
+            rows.append({"config": config, "frames": length,
+                         **{k: f"{kinds[k]['accuracy']:.2f} ({kinds[k]['n']})" if k in kinds else "" for k in
+                            (*KINDS, "long-memory")}})
+    print(table(rows, [("config", "config"), ("frames", "frames")] + [(k, k) for k in (*KINDS, "long-memory")]))
+    rows = [{"policy": p, "frames": n, **c} for p, marks in summary["cost"].items() for n, c in marks.items()]
+    print(table(rows, [(k, k) for k in ("policy", "frames", "one_ask_ms", "ask_multiple", "when_multiple",
+                                        "recalled_chunks", "kv_bytes", "rss_mib", "archive_bytes", "chunk_ms")]))
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="world-qwen2_5_vl")
+    parser.add_argument("--frames", type=int, default=3600)
+    parser.add_argument("--streams", type=int, default=4)
+    parser.add_argument("--policies", nargs="+", default=["fifo", "uniform", "hermes"])
+    parser.add_argument("--fraction", type=float, default=1 / 8)
+    parser.add_argument("--recall-chunks", type=int, default=4)
+    parser.add_argument("--out", type=pathlib.Path, default=None, help="where the JSON goes (default bench/results)")
+    parser.add_argument("--name", default="", help="the JSON's name (default archive_recall-<model>-<frames>)")
+    args = parser.parse_args(argv)
+    adapter = load(args.model)
+    folder = pathlib.Path(tempfile.mkdtemp(prefix="archive-bench-"))
+    records = []
+    started = time.perf_counter()
+    try:
+        for s in range(args.streams):
+            records += run_stream(adapter, SEED + s, args.frames, tuple(args.policies), args.fraction, folder,
+                                  args.recall_chunks)
+            print(f"stream {s + 1}/{args.streams} done, {time.perf_counter() - started:.0f} s", flush=True)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    summary = summarise(records)
+    print_summary(summary, args.frames)
+    name = args.name or f"archive_recall-{args.model}-{args.frames}"
+    path = write_json(name, {"model": args.model, "frames": args.frames, "streams": args.streams,
+                             "policies": args.policies, "fraction": args.fraction,
+                             "recall_chunks": args.recall_chunks, "summary": summary, "records": records,
+                             "wall_s": round(time.perf_counter() - started, 1)}, args.out)
+    print(f"wrote {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,107 @@
+"""The archive tier: every chunk, on the host and on disk, bounded by bytes, kept across restarts.
+
+    archive = Archive.open(ArchiveSettings(path="/var/lib/robot/archive"), identity, cameras)
+    archive.add(encoded_chunk, key)            # as each chunk is encoded
+    rows = archive.window(since, until)        # what a question over a window brings back
+    archive.load(rows)                         # with their payloads, to prefill again
+
+It knows nothing of ROS, of the model or of any cache policy: the Session hands it chunks and asks
+it for windows and for the chunks most relevant to a question (docs/archive.md).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from .keys import chunk_key, question_vector, relevance, unit_keys
+from .plan import question_plan, window_plan
+from .record import ArchivedChunk, EncodedChunk
+from .store import DB_NAME, LOCK_NAME, ArchiveStore
+
+DEFAULT_MAX_BYTES = 1 << 30  # 1 GiB: a day of the bundled model is about 0.1 GiB (docs/archive.md "The store")
+
+
+@dataclass
+class ArchiveSettings:
+    path: str
+    max_bytes: int = DEFAULT_MAX_BYTES
+    # archived chunks a question with no window brings back for relevance; 0: the working memory
+    # answers it (the keys rank weakly on the bundled models: docs/archive.md "Recall")
+    recall_chunks: int = 0
+    recent_chunks: int = 2  # the newest chunks of each camera replayed beside them ("now")
+    max_replay_chunks: int = 64  # one short replay: 512 frames at 8 a chunk, well inside the models' range
+    dtype: str = "float16"  # of the stored embeddings; "float32" is exact
+    buffer_bytes: int = 32 << 20  # the newest chunks' payloads kept in RAM
+
+
+class Archive:
+    def __init__(self, settings: ArchiveSettings, store: ArchiveStore):
+        self.settings, self.store = settings, store
+
+    @classmethod
+    def open(cls, settings: ArchiveSettings, identity: dict, cameras: tuple[str, ...] = (),
+             owner: str = "") -> "Archive":
+        store = ArchiveStore.open(settings.path, identity, cameras, owner, settings.dtype, settings.max_bytes,
+                                  settings.buffer_bytes)
+        return cls(settings, store)
+
+    @property
+    def warnings(self) -> list[str]:
+        return self.store.warnings
+
+    def add(self, chunk: EncodedChunk, key: np.ndarray | None) -> int:
+        return self.store.append(chunk, key)
+
+    def note_watch(self, chunk_id: int, answers: dict[str, float]) -> None:
+        self.store.note_watch(chunk_id, answers)
+
+    def window(self, since: float = -math.inf, until: float = math.inf, camera: str = "",
+               question: np.ndarray | None = None) -> list[ArchivedChunk]:
+        """The chunks a question over since..until replays (``window_plan``), oldest first."""
+        rows = self.store.rows(since, until, camera, with_keys=question is not None)
+        scores = self._scores(rows, question) if question is not None else None
+        return window_plan(rows, scores, self.settings.max_replay_chunks)
+
+    def for_question(self, question: np.ndarray | None, camera: str = "",
+                     before: float = math.inf) -> tuple[list[ArchivedChunk], list[ArchivedChunk]]:
+        """(what a question with no window replays, the part recalled for relevance): the relevant
+        ones drawn from chunks that end before ``before`` (what the working memory no longer holds
+        whole)."""
+        rows = self.store.rows(camera=camera, with_keys=question is not None)
+        scores = self._scores(rows, question) if question is not None else np.zeros(len(rows))
+        scores = np.where([row.last_stamp < before for row in rows], scores, -np.inf)
+        return question_plan(rows, scores, self.settings.recall_chunks, self.settings.recent_chunks)
+
+    def ranked(self, question: np.ndarray, rows: list[ArchivedChunk]) -> np.ndarray:
+        return self._scores(rows, question)
+
+    @staticmethod
+    def _scores(rows: list[ArchivedChunk], question: np.ndarray) -> np.ndarray:
+        keyed = [i for i, row in enumerate(rows) if row.key is not None]
+        scores = np.full(len(rows), -np.inf)
+        if keyed:
+            scores[keyed] = relevance(question, [rows[i].key for i in keyed])
+        return scores
+
+    def load(self, rows: list[ArchivedChunk]) -> list[ArchivedChunk]:
+        return self.store.load(rows)
+
+    def reach(self) -> float | None:
+        """The oldest stamp archived, None when empty."""
+        stats = self.store.stats()
+        return stats["oldest_stamp"] if stats["chunks"] else None
+
+    def stats(self) -> dict:
+        return self.store.stats()
+
+    def clear(self) -> None:
+        self.store.clear()
+
+    def close(self) -> None:
+        self.store.close()
+
+
+__all__ = ["Archive", "ArchiveSettings", "ArchivedChunk", "DB_NAME", "DEFAULT_MAX_BYTES", "EncodedChunk", "LOCK_NAME",
+           "chunk_key", "question_vector", "relevance", "unit_keys"]

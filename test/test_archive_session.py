@@ -1,0 +1,132 @@
+"""The archive tier behind a Session (engine/recall.py): questions that reach past the bounded working
+memory are answered from a replay of archived chunks, exactly as the full cache answers the same
+window of a short stream; the GPU cache is left as it was; a new Session on the same folder answers
+about the frames from before."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from streamcache_ros import world
+from streamcache_ros.engine.archive import Archive, ArchiveSettings
+from streamcache_ros.engine.errors import ArchiveError
+from streamcache_ros.engine.factory import build_session
+from streamcache_ros.engine.models import resolve_model_path
+
+FRAMES = 96
+SEED = 800_000_123  # the tests' seed range (docs/world-models.md)
+FAMILIES = ("qwen2_5_vl", "llava_onevision")
+
+
+@pytest.fixture(scope="module")
+def stream():
+    return world.make_stream(SEED, FRAMES, question_points=[FRAMES])
+
+
+def model(family: str) -> str:
+    return resolve_model_path(f"world-{family}")
+
+
+def archived_session(family: str, folder, policy: str = "uniform", budget: int = 48, dtype: str = "float32", **kw):
+    session = build_session({"model_path": model(family), "policy": policy, "budget_tokens": budget})
+    identity = {"model_id": session.adapter.model_id, "config_hash": session.adapter.config_hash}
+    session.attach_archive(Archive.open(ArchiveSettings(str(folder), dtype=dtype, **kw), identity, owner="/test"))
+    return session
+
+
+def feed(session, stream, frames: range):
+    for i in frames:
+        session.add_frame(stream.frame(i), stream.stamp(i))
+    session.flush()
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_a_window_wholly_in_the_archive_answers_as_the_full_cache_on_a_short_stream(family, stream, tmp_path):
+    """fp32 store: the replay is the short stream itself, so the probabilities agree to the bit's
+    worth; the bounded working memory is unchanged by the question."""
+    session = archived_session(family, tmp_path)
+    feed(session, stream, range(FRAMES))
+    before = session.status()
+    rng = np.random.default_rng(1)
+    questions = stream.window_questions(FRAMES, 0, 15, rng)
+    assert {q.kind for q in questions} >= {"seen", "now_count"}
+    short = build_session({"model_path": model(family), "policy": "full"})
+    feed(short, stream, range(16))
+    for q in questions:
+        recalled = session.ask(q.text, q.options, since=stream.stamp(0), until=stream.stamp(15))
+        direct = short.ask(q.text, q.options, since=stream.stamp(0), until=stream.stamp(15))
+        assert recalled.recalled_chunks == 2
+        assert recalled.option_index == direct.option_index >= 0
+        np.testing.assert_allclose(recalled.option_probabilities, direct.option_probabilities, atol=1e-5)
+        assert all(0.0 <= e.stamp <= 15.0 for e in recalled.evidence)  # evidence names recalled frames
+    after = session.status()
+    assert after.cache.kv_bytes == before.cache.kv_bytes and after.frames_in_memory == before.frames_in_memory
+    session.close_archive()
+
+
+def test_a_window_the_working_memory_holds_whole_is_not_recalled(stream, tmp_path):
+    session = archived_session("qwen2_5_vl", tmp_path, policy="full", budget=0)
+    feed(session, stream, range(32))
+    answer = session.ask("How many objects are in view now?", ["0", "1", "2"], since=0.0, until=15.0)
+    assert answer.recalled_chunks == 0
+    session.close_archive()
+
+
+def test_a_question_without_a_window_recalls_the_first_and_the_relevant_chunks(stream, tmp_path):
+    session = archived_session("qwen2_5_vl", tmp_path, recall_chunks=3)
+    feed(session, stream, range(FRAMES))
+    answer = session.ask("What color was the first object you saw?", list(world.COLOUR_NAMES[:4]))
+    # the first chunk, three recalled for relevance, the two newest
+    assert answer.recalled_chunks == 6 and answer.frames_in_memory == 6 * 8
+    assert answer.oldest_stamp == 0.0 and answer.newest_stamp == FRAMES - 1
+    none = archived_session("qwen2_5_vl", tmp_path / "off", recall_chunks=0)
+    feed(none, stream, range(FRAMES))
+    assert none.ask("What color was the first object you saw?", list(world.COLOUR_NAMES[:4])).recalled_chunks == 0
+    session.close_archive(), none.close_archive()
+
+
+def test_when_searches_the_archive_and_finds_frames_the_cache_evicted(stream, tmp_path):
+    session = archived_session("qwen2_5_vl", tmp_path)
+    feed(session, stream, range(FRAMES))
+    identity = next(v.identity for v in stream.truth[0])
+    first = stream.identity_frames(identity, FRAMES)[0]
+    found = session.when(world.SEEN_PROBE.format(shape=identity[0], colour=identity[1]), "first")
+    assert found.recalled_chunks == FRAMES // 8 and found.frames_searched == FRAMES
+    assert found.found and abs(found.stamp - stream.stamp(first)) <= 2.0
+    session.close_archive()
+
+
+def test_a_new_session_on_the_same_archive_answers_about_the_frames_from_before(stream, tmp_path):
+    session = archived_session("qwen2_5_vl", tmp_path)
+    feed(session, stream, range(48))
+    q = stream.window_questions(FRAMES, 8, 15, np.random.default_rng(2), ("now_color", "now_count"))[0]
+    expected = session.ask(q.text, q.options, since=8.0, until=15.0)
+    with pytest.raises(ArchiveError, match="in use"):
+        archived_session("qwen2_5_vl", tmp_path)
+    session.close_archive()
+    restarted = archived_session("qwen2_5_vl", tmp_path)
+    assert restarted.status().frames_in_memory == 0 and restarted.status().archive.chunks == 6
+    again = restarted.ask(q.text, q.options, since=8.0, until=15.0)
+    assert again.recalled_chunks == 1 and again.option_index == expected.option_index
+    feed(restarted, stream, range(48, 64))  # and it goes on where it was
+    assert restarted.status().archive.chunks == 8
+    restarted.close_archive()
+
+
+def test_reset_clears_the_archive_too(stream, tmp_path):
+    session = archived_session("qwen2_5_vl", tmp_path)
+    feed(session, stream, range(32))
+    session.reset()
+    status = session.status()
+    assert status.archive.chunks == 0 and status.archive.bytes == 0 and status.frames_in_memory == 0
+    session.close_archive()
+
+
+def test_standing_answers_are_kept_beside_their_chunk(stream, tmp_path):
+    session = archived_session("qwen2_5_vl", tmp_path)
+    for i in range(8):
+        report = session.add_frame(stream.frame(i), stream.stamp(i))
+    answers = session.watch(["Did you see a red circle?"], report)
+    (row,) = session.recall.archive.store.rows()
+    assert row.watch == {"Did you see a red circle?": pytest.approx(answers[0].yes_probability, abs=1e-4)}
+    session.close_archive()
