@@ -90,16 +90,25 @@ class Recall:
         rows, recalled = self.archive.for_question(self._question(ids, clock), camera, before=whole_since)
         return self._replay(rows, recalled=len(recalled)) if recalled or any(r.pinned for r in rows) else None
 
-    def for_when(self, ids: list[int], camera: str, window: Window, clock: int | None) -> Replay | None:
-        """The replay a ``when`` search runs over: every archived chunk of the window when they fit
-        one replay, else the most relevant with the window's ends (archive/plan.py); None when the
-        working memory holds the window whole."""
+    def for_when(self, ids: list[int], camera: str, window: Window, clock: int | None, mode: str):
+        """The replays a ``when`` search runs over, in the order it should try them; none when the
+        working memory holds the window whole. ``last`` and ``first`` walk every archived chunk of
+        the window, newest (oldest) first, one replay of ``max_replay_chunks`` at a time, so the
+        search stops at the first replay that says yes and no chunk is left unsearched; ``timeline``
+        runs over one replay: all the window's chunks when they fit, else the most relevant with the
+        window's ends (archive/plan.py)."""
         whole_since = self.whole_since(camera)
         if window.since >= whole_since or not self.archive.store.rows(window.since, min(window.until, whole_since - 1e-9),
                                                                       camera):
-            return None
-        rows = self.archive.window(window.since, window.until, camera, self._question(ids, clock))
-        return self._replay(rows, recalled=0)
+            return
+        if mode == "timeline":
+            yield self._replay(self.archive.window(window.since, window.until, camera, self._question(ids, clock)), 0)
+            return
+        rows = self.archive.store.rows(window.since, window.until, camera)
+        size = self.archive.settings.max_replay_chunks
+        batches = [rows[i:i + size] for i in range(0, len(rows), size)]
+        for batch in (reversed(batches) if mode == "last" else batches):
+            yield self._replay(batch, 0)
 
     def _question(self, ids: list[int], clock: int | None):
         """The question's vector at the key layers: its prompt run over the working memory (the

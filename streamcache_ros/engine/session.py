@@ -272,15 +272,12 @@ class Session:
         window = checks.checked_window(since, until)
         with self._cache_lock.question():
             seen = self._select(camera, window or Window(), len(ids), 1)
-            replay = (self.recall.for_when(ids, camera, window or Window(), seen.clock)
-                      if self.recall is not None else None)
-            if replay is None and not seen.units:
-                self.ledger.visible(camera, window)
-            if replay is not None:
-                found = replay.session.when(question, mode, camera, since, until)
-                self.questions_answered += 1
-                return dataclasses.replace(found, recalled_chunks=len(replay.chunks),
-                                           total_ms=(time.perf_counter() - started) * 1e3)
+            replays = self.recall.for_when(ids, camera, window or Window(), seen.clock, mode) if self.recall else ()
+            found = self._when_replays(replays, question, mode, camera, since, until, started)
+            if found is None and not seen.units:
+                self.ledger.visible(camera, window)  # refuses, as without an archive
+            if found is not None:
+                return found
             units = sorted(seen.units, key=lambda u: (min(self.ledger.units[u].stamps), u))
             found = when_search.search(mode, len(units), lambda windows: self.answering.yes([ids] * len(windows), [
                 [units[i] for i in w] for w in windows], seen.clock), when_search.SearchSettings.within(
@@ -288,6 +285,22 @@ class Session:
             self.questions_answered += 1
         return when_search.answer(found, mode, [self.ledger.units[u] for u in units], window or Window(),
                                   (time.perf_counter() - started) * 1e3)
+
+    def _when_replays(self, replays, question, mode, camera, since, until, started) -> WhenAnswer | None:
+        """``when`` over the archive's replays, tried in order until one finds the answer (recall.py);
+        None when there were none (the working memory holds the window whole)."""
+        found, chunks, asked, searched = None, 0, 0, 0
+        for replay in replays:
+            found = replay.session.when(question, mode, camera, since, until)
+            chunks, asked, searched = chunks + len(replay.chunks), asked + found.questions_asked, \
+                searched + found.frames_searched
+            if found.found:
+                break
+        if found is None:
+            return None
+        self.questions_answered += 1
+        return dataclasses.replace(found, recalled_chunks=chunks, questions_asked=asked, frames_searched=searched,
+                                   total_ms=(time.perf_counter() - started) * 1e3)
 
     def watch(self, questions: list[str], chunk: ChunkReport) -> list[WatchAnswer]:
         """Standing yes/no ``questions`` asked over the window of the chunk just encoded, in one pass,
