@@ -57,7 +57,8 @@ class ChunkPipeline:
     def run_encoded(self, chunk: EncodedChunk, history: list[Exchange]) -> ChunkReport:
         """A chunk the vision encoder saw before (an archived one): prefilled and compressed as
         ``run`` does, with no encoding."""
-        return self._run(chunk.camera, list(chunk.stamps), history, lambda source, clock: chunk)
+        return self._run(chunk.camera, list(chunk.stamps), history,
+                         lambda source, clock: self._make_room(chunk.rel_positions, clock) or chunk)
 
     def _run(self, camera: str, stamps: list[float], history: list[Exchange], encode) -> ChunkReport:
         self.attempts += 1
@@ -100,11 +101,11 @@ class ChunkPipeline:
 
     def _encode(self, camera: str, batch: list[tuple[np.ndarray, float]], stamps: list[float],
                 clock: int) -> EncodedChunk:
-        """The frames through the adapter's preprocessing and vision encoder; the position range is
-        checked before the encoder runs, so a chunk it cannot take costs no more."""
+        """The frames through the adapter's preprocessing and vision encoder, room made for them
+        before the encoder runs."""
         inputs = self.adapter.preprocess([frame for frame, _ in batch])
         rel = self.adapter.chunk_rel_positions(inputs)
-        self.policy.ensure_room(int(rel.max().item()) + 1 + self._question_room(), clock)
+        self._make_room(rel, clock)
         failpoints.hit("encode", chunk=self.attempts)
         embeds = self.adapter.encode(inputs)
         return EncodedChunk(camera, stamps, [tuple(f) for f in inputs.unit_frames], inputs.tokens_per_unit,
@@ -118,10 +119,9 @@ class ChunkPipeline:
         policy = self.policy
         mark = policy.mark()
         try:
-            encoded = encode(source, clock)
+            encoded = encode(source, clock)  # makes room first (_make_room)
             rel = encoded.rel_positions
-            policy.ensure_room(int(rel.max().item()) + 1 + self._question_room(), clock)
-            mark = policy.mark()  # ensure_room may re-index; it never changes lengths
+            mark = policy.mark()  # making room may re-index; it never changes lengths
             done_encoding = time.perf_counter()
             first = self.ledger.next_unit
             unit_ids = torch.arange(first, first + encoded.num_units)
@@ -138,6 +138,11 @@ class ChunkPipeline:
             self._failed(message)
             release_device_memory(err)
             raise ChunkError(message, out_of_memory=is_out_of_memory(err)) from err
+
+    def _make_room(self, rel: torch.Tensor, clock: int) -> None:
+        """Positions for a chunk of relative positions ``rel`` on ``clock`` (PositionRangeError when
+        the range cannot take it); before the encoder runs, so a chunk refused costs no more."""
+        self.policy.ensure_room(int(rel.max().item()) + 1 + self._question_room(), clock)
 
     def _question_room(self) -> int:
         """Positions a chunk must leave free in the model's range. A policy that can free none

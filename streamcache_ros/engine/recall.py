@@ -76,16 +76,13 @@ class Recall:
         """The replay a question needs, or None when the working memory answers it."""
         whole_since = self.whole_since(camera)
         if window is not None:
-            if window.since >= whole_since:
-                return None
-            older = self.archive.store.rows(window.since, min(window.until, whole_since - 1e-9), camera)
-            if not older:
+            if not self._archive_reaches(window, camera, whole_since):
                 return None
             rows = self.archive.window(window.since, window.until, camera, self._question(ids, clock))
             return self._replay(rows, recalled=0)
         if self.archive.settings.recall_chunks < 1:
             return None
-        if not self.archive.store.rows(until=whole_since - 1e-9, camera=camera):
+        if not self._archive_reaches(Window(), camera, whole_since):
             return None
         rows, recalled = self.archive.for_question(self._question(ids, clock), camera, before=whole_since)
         return self._replay(rows, recalled=len(recalled)) if recalled or any(r.pinned for r in rows) else None
@@ -97,9 +94,7 @@ class Recall:
         search stops at the first replay that says yes and no chunk is left unsearched; ``timeline``
         runs over one replay: all the window's chunks when they fit, else the most relevant with the
         window's ends (archive/plan.py)."""
-        whole_since = self.whole_since(camera)
-        if window.since >= whole_since or not self.archive.store.rows(window.since, min(window.until, whole_since - 1e-9),
-                                                                      camera):
+        if not self._archive_reaches(window, camera, self.whole_since(camera)):
             return
         if mode == "timeline":
             yield self._replay(self.archive.window(window.since, window.until, camera, self._question(ids, clock)), 0)
@@ -109,6 +104,16 @@ class Recall:
         batches = [rows[i:i + size] for i in range(0, len(rows), size)]
         for batch in (reversed(batches) if mode == "last" else batches):
             yield self._replay(batch, 0)
+
+    def _archive_reaches(self, window: Window, camera: str, whole_since: float) -> bool:
+        """Whether the archive holds frames of ``window`` older than ``whole_since``, where the
+        working memory stops holding every token."""
+        return window.since < whole_since and self.archive.holds(window.since, min(window.until, whole_since - 1e-9),
+                                                                 camera)
+
+    def holds(self, window: Window | None, camera: str = "") -> bool:
+        """Whether the archive holds a frame of ``window`` (of ``camera`` when given)."""
+        return self.archive.holds(*(window or Window()).bounds(), camera)
 
     def _question(self, ids: list[int], clock: int | None):
         """The question's vector at the key layers: its prompt run over the working memory (the

@@ -15,7 +15,6 @@ it was. No ROS here.
 from __future__ import annotations
 
 import dataclasses
-import shutil
 import threading
 import time
 from dataclasses import asdict
@@ -199,10 +198,7 @@ class Session:
                 reply = self.answering.decode(ids, budget, started, seen, probe, on_text, should_stop)
             evidence, summary_share = self.rank_evidence(probe, seen.units, window, evidence_k) if probe else ([], 0.0)
             self.last_attention_mass = probe
-            self.history.append(Exchange(question, reply.text, options))
-            del self.history[:-self.config.history_size]
-            self.questions_answered += 1
-            self.last_ttft_ms = reply.ttft_ms
+            self._book_exchange(question, reply.text, options, reply.ttft_ms)
             held = self._counts(seen.units, window=window)
         index = reply.option_index if reply.option_index is not None else match_option(reply.text, options)
         return Answer(text=reply.text.strip(), option_index=index, answer_tokens=reply.tokens, ttft_ms=reply.ttft_ms,
@@ -216,12 +212,16 @@ class Session:
         """``ask`` over a replay of archived chunks (recall.py), booked as this session's question."""
         answer = replay.session.ask(question, options, camera, max_new_tokens, on_text, should_stop, since, until,
                                     evidence_k)
-        self.history.append(Exchange(question, answer.text, list(options)))
-        del self.history[:-self.config.history_size]
-        self.questions_answered += 1
-        self.last_ttft_ms = answer.ttft_ms
+        self._book_exchange(question, answer.text, list(options), answer.ttft_ms)
         return dataclasses.replace(answer, recalled_chunks=len(replay.chunks),
                                    total_ms=(time.perf_counter() - started) * 1e3)
+
+    def _book_exchange(self, question: str, text: str, options: list[str], ttft_ms: float) -> None:
+        """An answered question in the bounded history (HERMES guidance reads it) and the counters."""
+        self.history.append(Exchange(question, text, options))
+        del self.history[:-self.config.history_size]
+        self.questions_answered += 1
+        self.last_ttft_ms = ttft_ms
 
     def _question_ids(self, question: str, options: list[str], camera: str, answer_tokens: int) -> list[int]:
         """The question's token ids with its prompt; QuestionError for anything that cannot be asked
@@ -249,7 +249,7 @@ class Session:
         except QuestionError:
             # the working memory sees nothing there (or holds nothing yet, after a restart): the
             # archive may; the caller asks it, and refuses as this did when it has nothing either
-            if self.recall is None or not self.recall.archive.store.rows(*(window or Window()).bounds(), camera):
+            if self.recall is None or not self.recall.holds(window, camera):
                 raise
             seen = Selection([], None, window, None)
         try:
@@ -373,17 +373,7 @@ class Session:
                 archive=self._archive_status())
 
     def _archive_status(self) -> ArchiveStatus | None:
-        if self.recall is None:
-            return None
-        stats = self.recall.archive.stats()
-        folder = self.recall.archive.store.folder
-        try:
-            disk_free = shutil.disk_usage(folder).free
-        except OSError:  # the folder was removed under the node: the diagnostic then says the disk is full
-            disk_free = 0
-        return ArchiveStatus(chunks=stats["chunks"], bytes=stats["bytes"], max_bytes=stats["max_bytes"],
-                             file_bytes=stats["file_bytes"], disk_free_bytes=disk_free,
-                             oldest_stamp=stats["oldest_stamp"], newest_stamp=stats["newest_stamp"], path=str(folder))
+        return ArchiveStatus(**self.recall.archive.stats()) if self.recall is not None else None
 
     # -- runtime tuning -------------------------------------------------------------------------
     def tune(self, max_new_tokens: int | None = None, sample_fps: float | None = None,

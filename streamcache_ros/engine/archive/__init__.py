@@ -54,6 +54,10 @@ class Archive:
     def add(self, chunk: EncodedChunk, key: np.ndarray | None) -> int:
         return self.store.append(chunk, key)
 
+    def holds(self, since: float = -math.inf, until: float = math.inf, camera: str = "") -> bool:
+        """Whether a chunk with a frame stamped inside since..until (of ``camera``) is archived."""
+        return bool(self.store.rows(since, until, camera))
+
     def note_watch(self, chunk_id: int, answers: dict[str, float]) -> None:
         self.store.note_watch(chunk_id, answers)
 

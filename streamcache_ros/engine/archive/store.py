@@ -20,6 +20,7 @@ import logging
 import math
 import os
 import pathlib
+import shutil
 import sqlite3
 import time
 from collections import OrderedDict
@@ -238,12 +239,17 @@ class ArchiveStore:
         return rows
 
     def stats(self) -> dict:
-        """Chunks, bytes held (payloads), the file's bytes on disk, and the oldest and newest stamps."""
+        """Chunks, bytes held (payloads), the bound, the files' bytes on disk, the free bytes of their
+        file system, the oldest and newest stamps, and the folder (the fields of ArchiveStatus)."""
         count, oldest, newest = self.db.execute("SELECT COUNT(*), MIN(first_stamp), MAX(last_stamp) FROM chunks").fetchone()
         file_bytes = sum(p.stat().st_size for p in self.folder.glob(DB_NAME + "*") if p.is_file())
-        return {"chunks": int(count), "bytes": self._held_bytes, "file_bytes": file_bytes, "max_bytes": self.max_bytes,
-                "oldest_stamp": float(oldest) if oldest is not None else 0.0,
-                "newest_stamp": float(newest) if newest is not None else 0.0}
+        try:
+            disk_free = shutil.disk_usage(self.folder).free
+        except OSError:  # the folder was removed under the node: the diagnostic then says the disk is full
+            disk_free = 0
+        return {"chunks": int(count), "bytes": self._held_bytes, "max_bytes": self.max_bytes, "file_bytes": file_bytes,
+                "disk_free_bytes": disk_free, "oldest_stamp": float(oldest) if oldest is not None else 0.0,
+                "newest_stamp": float(newest) if newest is not None else 0.0, "path": str(self.folder)}
 
 
 # -- helpers ----------------------------------------------------------------------------------------
