@@ -11,6 +11,8 @@
 
 JSON (``--json``, and ``--status`` and ``--timeline`` always) is printed the same way, indented. ``--save`` and
 ``--load`` take a file name inside the node's ``snapshot_dir`` (on the node's machine).
+Without ``--namespace`` it answers only when exactly one node serves on the domain, after discovery
+has settled (about 2 s); with several it names them all and exits 3.
 Exit codes: 0 success, 1 the node refused or failed the request, or is not active (the reason on
 stderr), 3 no node found / no reply in time, 130 interrupted (a streamed question is cancelled first).
 """
@@ -123,7 +125,8 @@ def parse_args(argv):
     parser.add_argument("--when", choices=("last", "first", "timeline"),
                         help="the when service: the last / first stamp the yes/no question holds, or its timeline")
     parser.add_argument("--namespace", default=None,
-                        help="the node's namespace, e.g. /streamcache (default: find the one node)")
+                        help="the node's namespace, e.g. /streamcache (default: the one node on the domain, once "
+                             "discovery has settled; several are refused, each named)")
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for the answer")
     parser.add_argument("--wait", type=float, default=15.0, help="seconds to wait for the node to appear")
     parser.add_argument("--json", action="store_true", help="print the whole reply as JSON (indented, as --status)")

@@ -1,7 +1,7 @@
 """A small Python client for streamcache_node, for scripts, other nodes and behaviour-tree leaves.
 
     from streamcache_ros.client.client import StreamCacheClient
-    with StreamCacheClient() as memory:                 # finds the node (or namespace="/streamcache")
+    with StreamCacheClient() as memory:                 # the one node (or namespace="/streamcache")
         reply = memory.ask("what is on the table?")     # the Ask service
         print(reply.success, reply.answer, reply.error_message)
         result = memory.ask_streaming("describe the room", on_text=lambda partial, new: print(new, end=""))
@@ -41,6 +41,12 @@ class NodeNotFound(TimeoutError):
     """No streamcache node answered in time (not running, another ROS_DOMAIN_ID, ...)."""
 
 
+# How long the graph must stay the same before a client with no namespace trusts what it sees:
+# discovery reports nodes one by one, so an early look may hold one node of several
+# (docs/interfaces.md "Finding the node").
+SETTLE_S = 2.0
+
+
 def find_namespaces(node) -> list[str]:
     """Namespaces of the streamcache nodes ``node`` can see ('' for the root namespace)."""
     found = []
@@ -50,20 +56,37 @@ def find_namespaces(node) -> list[str]:
     return sorted(found)
 
 
-def discover_namespace(node, timeout: float, spin: Callable[[float], None] | None = None) -> str:
-    """The namespace of the one streamcache node in the graph; NodeNotFound / LookupError otherwise."""
+def discover_namespace(node, timeout: float, spin: Callable[[float], None] | None = None,
+                       settle: float = SETTLE_S) -> str:
+    """The namespace of the one streamcache node in the graph, decided once the graph has settled:
+    the nodes found (and how many serve each ``ask``) unchanged for ``settle`` seconds, or at
+    ``timeout`` with what was found by then. NodeNotFound when none was found, LookupError (naming
+    every node found) when several were: a node is never picked by chance."""
     deadline = time.monotonic() + timeout
+    seen, since = None, time.monotonic()
     while True:
-        found = find_namespaces(node)
-        if len(found) == 1:
-            return found[0]
-        if len(found) > 1:
-            raise LookupError(f"several streamcache nodes: {', '.join(n or '/' for n in found)}; "
-                              "name one with --namespace")
-        if time.monotonic() > deadline:
+        found = {ns: node.count_services(f"{ns}/ask") for ns in find_namespaces(node)}
+        now = time.monotonic()
+        if found != seen:
+            seen, since = found, now
+        if found and (now - since >= settle or now > deadline):
+            return the_one(found)
+        if now > deadline:
             raise NodeNotFound(f"no streamcache node found within {timeout:.0f} s "
                                f"(ROS domain {node.context.get_domain_id()})")
         (spin or time.sleep)(0.1)
+
+
+def the_one(found: dict[str, int]) -> str:
+    """The one namespace in ``found`` (namespace -> nodes serving its ``ask``); LookupError otherwise."""
+    if len(found) > 1:
+        raise LookupError(f"{len(found)} streamcache nodes: {', '.join(ns or '/' for ns in sorted(found))}; "
+                          "name one with --namespace (StreamCacheClient(namespace=...))")
+    ((namespace, servers),) = found.items()
+    if servers > 1:
+        raise LookupError(f"{servers} nodes serve {namespace}/ask: a call would reach either; give each node a "
+                          "namespace of its own")
+    return namespace
 
 
 def to_time(value):
@@ -295,8 +318,9 @@ class WatchEvents:
 class StreamCacheClient:
     def __init__(self, namespace: str | None = None, timeout: float = 15.0, domain_id: int | None = None):
         """``namespace``: the node's namespace ('/streamcache' with the launch files, '' for a bare
-        ``streamcache_node``); None finds the one node in the graph. ``timeout``: how long to wait for
-        the node to appear. ``domain_id``: default ROS_DOMAIN_ID."""
+        ``streamcache_node``); None finds the one node in the graph once discovery has settled
+        (``discover_namespace``: refused, naming them all, when there are several). ``timeout``: how
+        long to wait for the node to appear. ``domain_id``: default ROS_DOMAIN_ID."""
         from rclpy.action import ActionClient  # noqa: PLC0415
         from streamcache_ros_interfaces.action import Ask as AskAction  # noqa: PLC0415
         from streamcache_ros_interfaces.msg import MemoryStatus, WatchEvent  # noqa: PLC0415
