@@ -15,8 +15,8 @@ from launch.events import Shutdown
 from launch.substitutions import LaunchConfiguration
 from launch_ros.actions import Node
 
-from streamcache_ros.tools.launching import PACKAGE, check_bag_topics, dds_environment, is_true, node_actions, \
-    node_arguments
+from streamcache_ros.tools.launching import PACKAGE, answer_sigint, check_bag_topics, dds_environment, is_true, \
+    node_actions, node_arguments
 
 
 def _replay(context):
@@ -37,6 +37,7 @@ def _replay(context):
 
 
 def generate_launch_description():
+    answer_sigint()  # a launch in a script's background stops on SIGINT too
     return LaunchDescription([
         *node_arguments(),
         DeclareLaunchArgument("bag", description="a rosbag2 directory (sqlite3 or mcap)"),

@@ -6,12 +6,14 @@ import configparser
 import importlib.util
 import os
 import pathlib
+import shutil
 import signal
+import subprocess
 
 import pytest
 
-from node_procs import (HANG_GUARD_S, ROOT, client_of, descendants, needs_install, new_domain, run_launch,
-                        stop_and_check_all_gone)
+from node_procs import (HANG_GUARD_S, ROOT, Proc, client_of, descendants, needs_install, new_domain, ros2_env,
+                        run_launch, stop_and_check_all_gone, wait_gone)
 from streamcache_ros.tools import bagfile
 
 launch = pytest.importorskip("launch", reason="cannot run here: the launch package is not installed")
@@ -49,6 +51,13 @@ def evaluate(description, **arguments):
     return declared, produced, context
 
 
+def nodes(produced) -> list:
+    """The processes among the produced actions (the event handlers left out)."""
+    from launch_ros.actions import Node  # noqa: PLC0415
+
+    return [action for action in produced if isinstance(action, Node)]
+
+
 def test_live_launch_content():
     declared, produced, context = evaluate(load("live.launch.py"), camera_topics="['/front/image_raw', '/rear/c/compressed']",
                                            budget_tokens="4000", policy="fifo")
@@ -57,7 +66,7 @@ def test_live_launch_content():
     assert context.launch_configurations["namespace"] == "streamcache"  # docs/interfaces.md: the launch namespace
     assert pathlib.Path(context.launch_configurations["params_file"]).name == "streamcache.yaml"
     assert pathlib.Path(context.launch_configurations["params_file"]).is_file()
-    (node,) = produced
+    (node,) = nodes(produced)
     assert (node.node_package, node.node_executable) == ("streamcache_ros", "streamcache_node")
     assert launching.overrides(context) == {"camera_topics": ["/front/image_raw", "/rear/c/compressed"],
                                             "budget_tokens": 4000, "policy": "fifo"}
@@ -67,7 +76,7 @@ def test_replay_launch_content(tmp_path):
     bag = bagfile.make_bag(tmp_path / "bag", frames=2)  # /camera/image_raw: config/streamcache.yaml's camera
     declared, produced, context = evaluate(load("replay.launch.py"), bag=str(bag), rate="0", lock_step="true")
     assert {"bag", "rate", "lock_step", "shutdown_after_replay", "namespace", "params_file"} <= set(declared)
-    node, replay = produced
+    node, replay = nodes(produced)
     assert node.node_executable == "streamcache_node" and replay.node_executable == "streamcache-replay"
     assert launching.overrides(context) == {}  # nothing given: every parameter from the YAML files
 
@@ -90,26 +99,54 @@ def test_a_bag_of_other_topics_is_refused_at_start_naming_them(tmp_path):
 def test_the_fastdds_profile_is_a_launch_argument():
     """config/fastdds_large_images.xml given to the node's process (respawn: test_a_killed_node_is_respawned)."""
     profile = ROOT / "config" / launching.FASTDDS_PROFILE
-    _, (node,), _ = evaluate(load("live.launch.py"), fastdds_profile=str(profile))
+    _, produced, _ = evaluate(load("live.launch.py"), fastdds_profile=str(profile))
+    (node,) = nodes(produced)
     env = dict((k[0].perform(LaunchContext()), v[0].perform(LaunchContext())) for k, v in node.additional_env)
     assert env["FASTDDS_DEFAULT_PROFILES_FILE"] == str(profile) == env["FASTRTPS_DEFAULT_PROFILES_FILE"]
-    _, (plain,), _ = evaluate(load("live.launch.py"))
+    (plain,) = nodes(evaluate(load("live.launch.py"))[1])
     assert not plain.additional_env
     with pytest.raises(RuntimeError, match="does not exist"):
         evaluate(load("live.launch.py"), fastdds_profile="/no/such/profile.xml")
 
 
-def test_the_systemd_unit_example():
+# systemd.service(5), Restart=on-failure: the service is restarted when its main process exits with
+# a code that is not 0 (nor listed in SuccessExitStatus) or is killed by a signal other than the
+# clean ones, SIGHUP, SIGINT, SIGTERM and SIGPIPE
+CLEAN_SIGNALS = {signal.SIGHUP, signal.SIGINT, signal.SIGTERM, signal.SIGPIPE}
+
+
+def systemd_unit():
     unit = configparser.ConfigParser(strict=False, interpolation=None)
     unit.read(ROOT / "examples" / "streamcache.service")
-    service = unit["Service"]
+    return unit["Service"]
+
+
+def systemd_restarts(returncode: int) -> bool:
+    """Whether systemd restarts examples/streamcache.service after `ros2 launch` (its main process:
+    ExecStart execs it) ended with ``returncode`` (Popen's: -N for signal N)."""
+    service = systemd_unit()
+    assert service["Restart"] == "on-failure"
+    success = {0} | {int(code) for code in service.get("SuccessExitStatus", "").split() if code.isdigit()}
+    if returncode < 0:
+        return signal.Signals(-returncode) not in CLEAN_SIGNALS
+    return returncode not in success
+
+
+def test_the_systemd_unit_example():
+    service = systemd_unit()
     assert service["KillSignal"] == "SIGINT" and service["Restart"] == "on-failure"
-    assert "ros2 launch streamcache_ros live.launch.py" in service["ExecStart"]
+    assert "exec ros2 launch streamcache_ros live.launch.py" in service["ExecStart"]  # the launch is the main process
+    assert systemd_restarts(1) and systemd_restarts(-signal.SIGKILL)  # a failed launch, a killed launch
+    assert not systemd_restarts(0)  # systemctl stop: SIGINT, the launch ends with 0
+    if shutil.which("systemd-analyze"):
+        verified = subprocess.run(["systemd-analyze", "verify", str(ROOT / "examples" / "streamcache.service")],
+                                  capture_output=True, text=True, timeout=60)
+        assert "streamcache.service:" not in verified.stderr, verified.stderr  # no complaint about the unit
 
 
 def test_aggregator_is_added_on_request():
     _, produced, _ = evaluate(load("live.launch.py"), aggregator="true")
-    assert [n.node_package for n in produced] == ["streamcache_ros", "diagnostic_aggregator"]
+    assert [n.node_package for n in nodes(produced)] == ["streamcache_ros", "diagnostic_aggregator"]
 
 
 @needs_install
@@ -122,7 +159,8 @@ def test_ros2_launch_live_then_sigint():
             assert (status.policy, status.budget_tokens) == ("fifo", 96)
             refused = client.ask("anything?", camera="/camera/image_raw")
             assert "camera_topics: /launch_test/image" in refused.error_message
-        stop_and_check_all_gone(proc)
+        stop_and_check_all_gone(proc)  # exit code 0
+        assert not systemd_restarts(proc.popen.returncode)
 
 
 @needs_install
@@ -161,6 +199,45 @@ def test_a_killed_node_is_respawned(tmp_path):
         with client_of(proc, domain, "/sc_respawn") as client:
             assert client.memory_status().policy == "fifo"
         stop_and_check_all_gone(proc)
+
+
+@needs_install
+@pytest.mark.parametrize("failure", ["killed", "bad parameter"])
+def test_the_launch_ends_with_a_failed_node_nonzero(failure):
+    """live.launch.py ends when its node fails, with return code 1 and the node's own code logged
+    (once it stayed up, exit code 0, and systemd never restarted it); SIGINT: 0
+    (test_ros2_launch_live_then_sigint)."""
+    domain = new_domain()
+    arguments = ["live.launch.py", "namespace:=sc_fail", "policy:=fifo", "budget_tokens:=96"]
+    if failure == "bad parameter":
+        arguments.append("sample_fps:=0")  # out of range: the node exits with code 2
+    with run_launch(domain, *arguments) as proc:
+        if failure == "killed":
+            proc.wait_for_output("active: listening on")
+            node = node_pid(proc)
+            os.kill(node, signal.SIGKILL)
+        code = proc.wait()
+        assert code == 1, proc.output()
+        assert ("ended with signal 9" if failure == "killed" else "ended with exit code 2") in proc.output()
+        assert systemd_restarts(code)
+        assert not descendants(proc.popen.pid), proc.output()
+
+
+@needs_install
+def test_a_launch_in_a_scripts_background_stops_on_sigint(tmp_path):
+    """A shell starts a background job with SIGINT ignored: the launch used to go on, its node with it
+    (docs/setup.md "From a script"). Now SIGINT to the launch's pid ends both, exit code 0."""
+    domain = new_domain()
+    pid_file = tmp_path / "launch.pid"
+    script = ('ros2 launch streamcache_ros live.launch.py namespace:=sc_bg policy:=fifo budget_tokens:=96 & '
+              'echo $! > "$1"; wait $!; echo "launch exit code $?"')
+    with Proc(["bash", "-c", script, "bash", str(pid_file)], ros2_env(domain)) as shell:
+        shell.wait_for_output("active: listening on")
+        launch_pid = int(pid_file.read_text())
+        tree = descendants(launch_pid)
+        os.kill(launch_pid, signal.SIGINT)
+        assert shell.wait() == 0 and "launch exit code 0" in shell.output(), shell.output()
+        assert not wait_gone(tree), shell.output()
 
 
 def node_pid(proc) -> int:

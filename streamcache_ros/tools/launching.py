@@ -4,6 +4,8 @@ streamcache_node action built from them, and the check that a bag's topics are t
 from __future__ import annotations
 
 import os
+import signal
+import threading
 
 import yaml
 from launch.actions import DeclareLaunchArgument
@@ -15,6 +17,16 @@ OVERRIDES = {"camera_topics": list, "model_path": str, "policy": str, "budget_to
              "sample_fps": float, "memory_snapshot_path": str}
 DEFAULT_CAMERA_TOPICS = ["/camera/image_raw"]  # the node's own default (node/params.py)
 FASTDDS_PROFILE = "fastdds_large_images.xml"  # in config/: docs/setup.md, "Large images and Fast DDS"
+
+
+def answer_sigint() -> None:
+    """Let a launch started in a script's background stop on SIGINT (docs/setup.md "From a script").
+    A shell starts a background job with SIGINT ignored, and the ignoring survives exec, so Python
+    installs no handler for it; launch hears a signal only through Python's handler (signal's wakeup
+    fd), so the SIGINT never reached it and the node kept running. With a handler back, launch stops
+    its nodes as after Ctrl-C. Called while the launch file is loaded, on launch's main thread."""
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def share_dir() -> str:
@@ -82,18 +94,45 @@ def node_actions(context, use_sim_time: bool = False) -> list:
     if policy_file:
         parameters.append(policy_file)
     parameters.append({**overrides(context), "use_sim_time": use_sim_time})
-    actions = [Node(package=PACKAGE, executable="streamcache_node",
+    node = Node(package=PACKAGE, executable="streamcache_node",
                     name=LaunchConfiguration("node_name").perform(context),
                     namespace=LaunchConfiguration("namespace").perform(context),
                     parameters=parameters, output="screen", emulate_tty=True,
                     respawn=is_true(context, "respawn"),
                     respawn_delay=float(LaunchConfiguration("respawn_delay").perform(context)),
                     additional_env=dds_environment(context),
-                    arguments=["--ros-args", "--log-level", LaunchConfiguration("log_level").perform(context)])]
+                    arguments=["--ros-args", "--log-level", LaunchConfiguration("log_level").perform(context)])
+    actions = [node]
+    if not is_true(context, "respawn"):  # respawn: launch starts it again instead
+        actions.append(end_with(node))
     if is_true(context, "aggregator"):
         actions.append(Node(package="diagnostic_aggregator", executable="aggregator_node", output="screen",
                             parameters=[os.path.join(share_dir(), "config", "diagnostic_aggregator.yaml")]))
     return actions
+
+
+class NodeFailed(RuntimeError):
+    """streamcache_node ended with a nonzero exit code (or a signal) while the launch ran."""
+
+
+def end_with(node):
+    """The launch ends when the node does, with its outcome (docs/setup.md "Exit codes"): a clean
+    exit (0: a lifecycle shutdown, or SIGINT to the launch) shuts the launch down with code 0; a
+    crash, a kill or a bad parameter (exit code 2) raises NodeFailed, which launch logs and turns
+    into its own return code 1, so `ros2 launch` exits 1 and systemd's Restart=on-failure restarts it.
+    (launch's return code is 0 or 1: the node's own code is in the logged line.)"""
+    from launch.actions import EmitEvent, RegisterEventHandler  # noqa: PLC0415
+    from launch.event_handlers import OnProcessExit  # noqa: PLC0415
+    from launch.events import Shutdown  # noqa: PLC0415
+
+    def on_exit(event, context):
+        code = event.returncode
+        if code != 0:
+            how = f"signal {-code}" if code < 0 else f"exit code {code}"
+            raise NodeFailed(f"{event.action.name} ended with {how}: the launch ends with return code 1")
+        return [EmitEvent(event=Shutdown(reason=f"{event.action.name} ended (exit code 0)"))]
+
+    return RegisterEventHandler(OnProcessExit(target_action=node, on_exit=on_exit))
 
 
 def is_true(context, name: str) -> bool:
