@@ -70,12 +70,15 @@ def test_standing_questions_answer_every_chunk(client, probe, events, bags, doma
 
 def test_when_searches_the_memory(client):
     memory = [stamp_ns(f.stamp) for f in client.memory_timeline().frames]
-    for mode in ("last", "first"):
+    held = client.memory_status().frames_in_memory
+    for mode in ("last", "first", "LAST", "First"):  # modes in any case
         reply = client.when(RED, mode)
         assert reply.success, reply.error_message
-        assert reply.questions_asked > 0 and reply.frames_searched == len(memory) == 16
-        if reply.found:
-            assert stamp_ns(reply.stamp) in memory and reply.camera == CAM and reply.yes_probability >= 0.5
+        assert reply.questions_asked > 0 and reply.frames_searched == len(memory) == held == 16
+        # the full cache holds every frame seen: the search reaches the first, nothing was evicted
+        assert stamp_ns(reply.searched_since) == memory[0] and not reply.evicted_before and not reply.may_be_older
+    answer = client.ask("What is there?")
+    assert answer.success and stamp_ns(answer.searched_since) == memory[0] and not answer.evicted_before
     timeline = client.when(BLUE, "timeline")
     assert [stamp_ns(t) for t in timeline.timeline_stamps] == memory
     assert all(0.0 <= p <= 1.0 for p in timeline.timeline_yes_probability)
@@ -88,6 +91,8 @@ def test_when_searches_the_memory(client):
     ({"camera": "/other/cam"}, "unknown camera '/other/cam'"),
     ({"since": (START + 500 * S) / S}, "no frames"),
     ({"question": "   "}, "the question is empty"),
+    ({"question": "What color is the square now?"}, "is not a yes/no question: `when` takes a yes/no question"),
+    ({"question": "When did you last see a red circle?"}, "is not a yes/no question"),
 ])
 def test_when_refusals_say_why_and_leave_the_memory(client, request_fields, reason):
     before = client.memory_status()
@@ -107,6 +112,7 @@ def test_the_cli_asks_when(domain, client):
     assert done.returncode == 0, done.stderr
     data = json.loads(done.stdout)
     assert data["success"] and len(data["timeline"]) == 16 and data["frames_searched"] == 16
+    assert data["searched_since"] == START / S and data["evicted_before"] is False
     last = cli("--when", "last", RED)
     assert last.returncode == 0, last.stderr
     assert "windows" in last.stdout or "not found" in last.stdout

@@ -54,14 +54,27 @@ def _answer_dict(r, options: list[str]) -> dict:
             "evidence_stamps": [_time(t) for t in r.evidence_stamps], "evidence_cameras": list(r.evidence_cameras),
             "evidence_weights": [float(w) for w in r.evidence_weights],
             "evidence_summary_share": float(r.evidence_summary_share),
-            "option_probabilities": [round(float(p), 4) for p in r.option_probabilities]}
+            "option_probabilities": [round(float(p), 4) for p in r.option_probabilities], **_reach_dict(r)}
+
+
+def _reach_dict(r) -> dict:
+    """How far back the memory the answer read reaches (docs/interfaces.md "How far back an answer reaches")."""
+    return {"searched_since": _time(r.searched_since), "evicted_before": bool(r.evicted_before)}
+
+
+def _reach_line(r) -> str:
+    """A line when older frames were seen and are out of the answer's reach ('' otherwise)."""
+    if not r.success or not r.evicted_before:
+        return ""
+    return f"\n(the memory searched reaches back to {_time(r.searched_since):.3f}; older frames were evicted)"
 
 
 def _when_dict(r) -> dict:
     return {"success": r.success, "error_message": r.error_message, "found": r.found,
             "stamp": _time(r.stamp) if r.found else None, "camera": r.camera,
             "yes_probability": round(float(r.yes_probability), 4), "questions_asked": r.questions_asked,
-            "total_ms": r.total_ms, "frames_searched": r.frames_searched,
+            "total_ms": r.total_ms, "frames_searched": r.frames_searched, **_reach_dict(r),
+            "may_be_older": bool(r.may_be_older),
             "timeline": [[_time(t), round(float(p), 4)] for t, p in zip(r.timeline_stamps, r.timeline_yes_probability)]}
 
 
@@ -70,9 +83,10 @@ def _when_text(r, mode: str) -> str:
         lines = [f"{_time(t):.3f} {float(p):.3f}" for t, p in zip(r.timeline_stamps, r.timeline_yes_probability)]
         return "\n".join(lines) or "(no frames)"
     if not r.found:
-        return f"not found in the {r.frames_searched} frames searched ({r.questions_asked} windows asked)"
+        return f"not found in the {r.frames_searched} frames searched ({r.questions_asked} windows asked)" + _reach_line(r)
+    older = " (may be older: it lies at the edge of what the memory still holds)" if r.may_be_older else ""
     return (f"{_time(r.stamp):.3f} {r.camera or '-'} (P(yes) {r.yes_probability:.3f}; {r.questions_asked} windows, "
-            f"{r.total_ms:.0f} ms)")
+            f"{r.total_ms:.0f} ms){older}" + _reach_line(r))
 
 
 def _evidence_lines(r) -> str:
@@ -201,7 +215,8 @@ def run(args, client) -> int:
         r = client.ask(args.question, args.option, args.camera, args.max_new_tokens, timeout=args.timeout, **window)
         chosen = _matched(r, args.option)
         return _report(args, r, _answer_dict(r, args.option),
-                       r.answer + (f"\n({chosen})" if chosen else "") + (_evidence_lines(r) if args.evidence else ""))
+                       r.answer + (f"\n({chosen})" if chosen else "") + (_evidence_lines(r) if args.evidence else "")
+                       + _reach_line(r))
     cancel = threading.Event()
 
     def show(partial: str, new_text: str) -> None:
@@ -221,6 +236,8 @@ def run(args, client) -> int:
             print(f"({_matched(r, args.option)})")
         if r.success and args.evidence:
             print(_evidence_lines(r).lstrip("\n"))
+        if _reach_line(r):
+            print(_reach_line(r).lstrip("\n"))
     if args.json:
         _print_json(_answer_dict(r, args.option))
     if not r.success:

@@ -69,6 +69,27 @@ def check_question(question: str, options: list[str], max_question_tokens: int) 
         check_text(f"option {i} ({OPTION_LETTERS[i]})", option)
 
 
+# The words a yes/no question starts with (an auxiliary or modal verb, or its negation)
+YES_NO_STARTS = frozenset(
+    "am is are was were do does did has have had can could will would shall should may might must "
+    "isn't aren't wasn't weren't don't doesn't didn't hasn't haven't hadn't can't couldn't won't wouldn't "
+    "shouldn't".split())
+
+
+def check_yes_no_question(question: str) -> None:
+    """``when`` and the standing questions take a yes/no question about what was seen ("Did you see
+    a red circle?", "Is the door open?"): one that starts with a verb such as did, is, was or has.
+    A question of another kind ("What color is the square now?", "When did you last see ...?")
+    has no yes to find in time: refused, naming what is taken (docs/interfaces.md "When")."""
+    words = question.strip().split()
+    first = words[0].strip("\"'¿¡([").lower().replace("\u2019", "'") if words else ""
+    if first not in YES_NO_STARTS:
+        raise QuestionError(f"'{question.strip()[:80]}' is not a yes/no question: `when` takes a yes/no question about "
+                            "what was seen, starting with a verb such as Did, Is, Was, Are or Has (for example "
+                            "'Did you see a red circle?'), and finds when its answer is yes; ask other questions "
+                            "with `ask`")
+
+
 def check_camera_name(camera: str, configured: tuple[str, ...]) -> None:
     """A camera a question names must be one of ``configured`` (the node's camera_topics) when any are."""
     check_text("camera name", camera)
@@ -91,12 +112,15 @@ def check_prompt_length(ids: list[int], max_question_tokens: int) -> None:
                             "(max_question_tokens)")
 
 
-def check_answer_room(prompt_tokens: int, answer_tokens: int, max_position_embeddings: int) -> None:
-    """A question and its answer take positions after the cache: they must fit the model's range
-    with room to spare, or answering would have to re-index the memory."""
+def check_answer_room(prompt_tokens: int, answer_tokens: int, room: int) -> None:
+    """A question and its answer take positions after the cache: at most ``room``, the positions
+    every chunk leaves free for a question (``SessionConfig.largest_question``). Checked before the
+    queued frames are encoded, so a question that could not fit after them is refused with the
+    memory unchanged (docs/reliability.md "A refusal changes nothing")."""
     if answer_tokens < 0:
         raise QuestionError(f"max_new_tokens must be >= 0, got {answer_tokens}")
-    room = max_position_embeddings // 2
     if prompt_tokens + answer_tokens > room:
         raise QuestionError(f"max_new_tokens {answer_tokens} is too many: the question ({prompt_tokens} tokens) and "
-                            f"its answer must fit in half the model's position range ({room} tokens)")
+                            f"its answer must fit in the {room} positions the memory keeps for a question "
+                            "(max_question_tokens + max_new_tokens, at most half the model's position range): "
+                            f"ask for at most {max(room - prompt_tokens, 0)}")

@@ -33,5 +33,9 @@ class ChunkQueue(Generic[Item]):
     def clear(self) -> None:
         self.pending.clear()
 
+    def waiting(self, camera: str = "") -> list[Item]:
+        """The items waiting for their chunk, of ``camera`` (every camera's when empty)."""
+        return [item for name, queue in self.pending.items() if not camera or name == camera for item in queue]
+
     def __len__(self) -> int:
         return sum(len(q) for q in self.pending.values())

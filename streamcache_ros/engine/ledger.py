@@ -75,6 +75,9 @@ class UnitLedger:
         self.cameras: list[str] = []
         self.next_unit = 0
         self.next_chunk = 0
+        # the oldest stamp ever taken in, per camera (evicted or not): whether an answer's reach
+        # stops short of what was seen (docs/interfaces.md "How far back an answer reaches")
+        self.first_seen: dict[str, float] = {}
 
     # -- arrivals and departures ------------------------------------------------------------------
     def note_camera(self, camera: str) -> None:
@@ -92,6 +95,7 @@ class UnitLedger:
         chunk = self.next_chunk
         for offset, stamps in enumerate(unit_stamps):
             self.units[self.next_unit + offset] = UnitInfo(tuple(stamps), camera, chunk, tokens_per_unit)
+            self.first_seen[camera] = min([self.first_seen.get(camera, math.inf), *stamps])
         self.next_unit += len(unit_stamps)
         self.next_chunk += 1
         return chunk
@@ -140,7 +144,18 @@ class UnitLedger:
         window = window or Window()
         return [s for u in units for s in self.units[u].stamps if window.holds(s)]
 
+    def oldest_seen(self, camera: str = "") -> float:
+        """The oldest stamp ever taken in from ``camera`` (every camera when empty); +inf for none."""
+        return min((s for c, s in self.first_seen.items() if not camera or c == camera), default=math.inf)
+
     # -- counts -------------------------------------------------------------------------------------
+    def counted(self, held, units) -> list[int]:
+        """The ``units`` whose frames count as in memory (MemoryCounts): some layer (H2SVC: some KV
+        head) still holds at least half of the unit's tokens, by the cache's per-unit ``held``."""
+        column = {u: i for i, u in enumerate(held.units.tolist())}
+        most = held.counts.max(dim=0).values.tolist() if held.counts.numel() else []
+        return [u for u in units if u in column and 2 * most[column[u]] >= (self.units[u].tokens or most[column[u]])]
+
     def counts(self, held, kv_tokens: int, units=None, window: Window | None = None) -> MemoryCounts:
         """What ``units`` (default: all) hold now, as MemoryCounts defines it, from the cache's
         per-unit tokens ``held`` (a ``UnitTokens``) and its total ``kv_tokens``: a unit's frames
@@ -150,8 +165,7 @@ class UnitLedger:
         among the tokens attended over."""
         units = set(self.units if units is None else units)
         column = {u: i for i, u in enumerate(held.units.tolist())}
-        most = held.counts.max(dim=0).values.tolist() if held.counts.numel() else []
-        counted = [u for u in units if u in column and 2 * most[column[u]] >= (self.units[u].tokens or most[column[u]])]
+        counted = self.counted(held, units)
         stamps = self.stamps(counted, window)
         outside = [column[u] for u in column if u not in units]  # frames a question limited to ``units`` skips
         skipped = int(held.counts[:, outside].sum()) if outside else 0
@@ -200,17 +214,21 @@ class UnitLedger:
     # -- snapshots ------------------------------------------------------------------------------------
     def state_dict(self) -> dict:
         return {"units": {u: asdict(info) for u, info in self.units.items()}, "cameras": list(self.cameras),
-                "next_unit": self.next_unit, "next_chunk": self.next_chunk}
+                "next_unit": self.next_unit, "next_chunk": self.next_chunk, "first_seen": dict(self.first_seen)}
 
     @staticmethod
     def read_state(state: dict) -> dict:
         """The ledger's part of a snapshot, checked and typed (raises on anything unreadable)."""
         units = {int(u): UnitInfo(tuple(float(t) for t in i["stamps"]), str(i["camera"]), int(i["chunk"]),
                                   int(i.get("tokens", 0))) for u, i in state["units"].items()}
+        first_seen = {str(c): float(s) for c, s in state.get("first_seen", {}).items()}
+        for info in units.values():  # a snapshot from before first_seen was kept: what it holds
+            first_seen[info.camera] = min([first_seen.get(info.camera, math.inf), *info.stamps])
         return {"units": units, "cameras": [str(c) for c in state["cameras"]],
-                "next_unit": int(state["next_unit"]), "next_chunk": int(state["next_chunk"])}
+                "next_unit": int(state["next_unit"]), "next_chunk": int(state["next_chunk"]), "first_seen": first_seen}
 
     def load_state(self, checked: dict) -> None:
         """Take a state ``read_state`` accepted."""
         self.units, self.cameras = checked["units"], checked["cameras"]
         self.next_unit, self.next_chunk = checked["next_unit"], checked["next_chunk"]
+        self.first_seen = checked["first_seen"]

@@ -115,6 +115,17 @@ class Recall:
         """Whether the archive holds a frame of ``window`` (of ``camera`` when given)."""
         return self.archive.holds(*(window or Window()).bounds(), camera)
 
+    def oldest_stamp(self, window: Window | None = None, camera: str = "") -> float:
+        """The oldest archived frame stamp inside ``window`` (of ``camera`` when given); +inf for
+        none (an answer's reach, docs/interfaces.md "How far back an answer reaches")."""
+        window = window or Window()
+        oldest = math.inf
+        for row in self.archive.store.rows(*window.bounds(), camera):  # by first stamp: stop past the oldest
+            if row.first_stamp > oldest:
+                break
+            oldest = min([oldest, *(s for s in row.stamps if window.holds(s))])
+        return oldest
+
     def _question(self, ids: list[int], clock: int | None):
         """The question's vector at the key layers: its prompt run over the working memory (the
         tokens removed again), its queries read before the rotary embedding."""

@@ -15,6 +15,7 @@ it was. No ROS here.
 from __future__ import annotations
 
 import dataclasses
+import math
 import threading
 import time
 from dataclasses import asdict
@@ -37,7 +38,7 @@ from .ledger import Selection, UnitLedger, Window
 from .answering import YES_NO, QuestionRunner
 from .recall import Recall
 from .budget import check_budget, reference_unit, resolved_budget_tokens
-from .snapshot_io import read_snapshot, write_snapshot
+from .snapshot_io import check_writable, read_snapshot, write_snapshot
 from .status import (Answer, ArchiveStatus, CacheSummary, ChunkReport, DeviceMemory, EngineInfo, EvidenceFrame, Exchange, MemoryCounts,
                      MemoryTimeline, SessionStatus, WatchAnswer, WhenAnswer, process_rss_bytes)
 from .turns import TurnLock
@@ -200,12 +201,14 @@ class Session:
             self.last_attention_mass = probe
             self._book_exchange(question, reply.text, options, reply.ttft_ms)
             held = self._counts(seen.units, window=window)
+            searched_since, evicted_before = self._reach(camera, window, held, self._archive_read(window))
         index = reply.option_index if reply.option_index is not None else match_option(reply.text, options)
         return Answer(text=reply.text.strip(), option_index=index, answer_tokens=reply.tokens, ttft_ms=reply.ttft_ms,
                       total_ms=(time.perf_counter() - started) * 1e3, frames_in_memory=held.frames,
                       oldest_stamp=held.oldest_stamp, newest_stamp=held.newest_stamp, kv_tokens=held.kv_tokens,
                       cancelled=reply.cancelled, evidence=evidence, evidence_summary_share=summary_share,
-                      option_probabilities=reply.probabilities)
+                      option_probabilities=reply.probabilities, searched_since=searched_since,
+                      evicted_before=evicted_before)
 
     def _ask_replay(self, replay, question, options, camera, max_new_tokens, on_text, should_stop, since, until,
                     evidence_k, started) -> Answer:
@@ -213,8 +216,43 @@ class Session:
         answer = replay.session.ask(question, options, camera, max_new_tokens, on_text, should_stop, since, until,
                                     evidence_k)
         self._book_exchange(question, answer.text, list(options), answer.ttft_ms)
-        return dataclasses.replace(answer, recalled_chunks=len(replay.chunks),
-                                   total_ms=(time.perf_counter() - started) * 1e3)
+        window = checks.checked_window(since, until)
+        held = self._counts(self.ledger.visible(camera, window).units, window) if self._sees(camera, window) else None
+        searched_since, evicted_before = self._reach(camera, window, held, archive_read=True)
+        return dataclasses.replace(answer, recalled_chunks=len(replay.chunks), searched_since=searched_since,
+                                   evicted_before=evicted_before, total_ms=(time.perf_counter() - started) * 1e3)
+
+    def _sees(self, camera: str, window: Window | None) -> bool:
+        try:
+            self.ledger.visible(camera, window)
+        except QuestionError:
+            return False
+        return True
+
+    def _archive_read(self, window: Window | None) -> bool:
+        """Whether a question over ``window`` (None: none) could read the archive: one with a window
+        reaches it, one without only when ``recall_chunks`` brings chunks back (recall.py)."""
+        if self.recall is None:
+            return False
+        return window is not None or self.recall.archive.settings.recall_chunks > 0
+
+    def _reach(self, camera: str, window: Window | None, held: MemoryCounts | None,
+               archive_read: bool) -> tuple[float, bool]:
+        """(searched_since, evicted_before) of an answer that read ``held`` of the working memory (None:
+        nothing of it), and the archive's frames of ``window`` when ``archive_read``: the oldest
+        frame stamp it could read (0.0: none), and whether frames of ``camera`` older than that and
+        inside the window were seen and are held nowhere the answer could read
+        (docs/interfaces.md "How far back an answer reaches")."""
+        window = window or Window()
+        oldest = held.oldest_stamp if held is not None and held.frames else math.inf
+        if archive_read and self.recall is not None:
+            oldest = min(oldest, self.recall.oldest_stamp(window, camera))
+        if oldest == math.inf:
+            return 0.0, False
+        seen_from = self.ledger.oldest_seen(camera)
+        if self.recall is not None:  # after a restart the archive remembers older frames than the ledger
+            seen_from = min(seen_from, self.recall.oldest_stamp(Window(), camera))
+        return oldest, window.since < oldest and seen_from < oldest
 
     def _book_exchange(self, question: str, text: str, options: list[str], ttft_ms: float) -> None:
         """An answered question in the bounded history (HERMES guidance reads it) and the counters."""
@@ -231,14 +269,18 @@ class Session:
         checks.check_camera_name(camera, self.config.cameras)
         ids = self.adapter.question_ids(question, options)
         checks.check_prompt_length(ids, limit)
-        checks.check_answer_room(len(ids), answer_tokens, self.policy.geometry.max_position_embeddings)
+        checks.check_answer_room(len(ids), answer_tokens,
+                                 self.config.largest_question(self.policy.geometry.max_position_embeddings))
         return ids
 
     def _select(self, camera: str, window: Window | None, prompt_tokens: int, answer_tokens: int) -> Selection:
         """Under the lock: the queued frames encoded, then what a question about ``camera`` over
         ``window`` sees, with positions made for its prompt and answer; QuestionError when it sees
-        nothing or they do not fit."""
+        nothing or they do not fit. Whether it would see anything is checked before the queued
+        frames are encoded, so a refusal leaves them waiting (docs/reliability.md "A refusal changes
+        nothing"); the room for its prompt and answer was checked before (``_question_ids``)."""
         checks.check_camera_seen(camera, self.ledger.cameras, self.config.cameras)
+        self._check_something_seen(camera, window)
         try:
             self.flush()
         except ChunkError as err:
@@ -259,16 +301,33 @@ class Session:
                                 f"do not fit in the positions left: {err}") from None
         return seen
 
+    def _check_something_seen(self, camera: str, window: Window | None) -> None:
+        """QuestionError when a question about ``camera`` over ``window`` would see nothing even once
+        the queued frames are encoded: none of them, no frame in the working memory and none in
+        the archive falls there."""
+        with self._pending_lock:
+            waiting = [stamp for _, stamp in self._pending.waiting(camera)]
+        if any((window or Window()).holds(stamp) for stamp in waiting):
+            return
+        if self.recall is not None and self.recall.holds(window, camera):
+            return
+        if not self.ledger.units and waiting:
+            raise QuestionError(f"no frames between {Window.describe(window.since)} and {Window.describe(window.until)} "
+                                f"(the frames waiting for their chunk are stamped {min(waiting):.3f} to "
+                                f"{max(waiting):.3f}): widen since/until")
+        self.ledger.visible(camera, window)  # refuses when it sees nothing there
+
     # -- when and standing questions ---------------------------------------------------------------
     def when(self, question: str, mode: str = "last", camera: str = "", since: float | None = None,
              until: float | None = None) -> WhenAnswer:
         """The last or first stamp at which the yes/no ``question`` holds, or its timeline, searched
         over time windows of the memory (when.py; docs/interfaces.md "When")."""
         started = time.perf_counter()
-        mode = mode or "last"
+        mode = str(mode or "last").strip().lower()
         if mode not in when_search.MODES:
             raise QuestionError(f"unknown mode '{mode}' (one of: {', '.join(when_search.MODES)})")
         ids = self._question_ids(question, list(YES_NO), camera, 1)
+        checks.check_yes_no_question(question)
         window = checks.checked_window(since, until)
         with self._cache_lock.question():
             seen = self._select(camera, window or Window(), len(ids), 1)
@@ -278,29 +337,45 @@ class Session:
                 self.ledger.visible(camera, window)  # refuses, as without an archive
             if found is not None:
                 return found
-            units = sorted(seen.units, key=lambda u: (min(self.ledger.units[u].stamps), u))
+            # the frames in memory, as frames_in_memory counts them: one count of what was searched
+            counted = self.ledger.counted(self.policy.unit_tokens(), seen.units) or seen.units
+            units = sorted(counted, key=lambda u: (min(self.ledger.units[u].stamps), u))
             found = when_search.search(mode, len(units), lambda windows: self.answering.yes([ids] * len(windows), [
                 [units[i] for i in w] for w in windows], seen.clock), when_search.SearchSettings.within(
                 self.config.rows_per_pass, self.config.chunk_frames // self.adapter.frames_per_unit))
             self.questions_answered += 1
-        return when_search.answer(found, mode, [self.ledger.units[u] for u in units], window or Window(),
-                                  (time.perf_counter() - started) * 1e3)
+            found = when_search.answer(found, mode, [self.ledger.units[u] for u in units], window or Window(),
+                                       (time.perf_counter() - started) * 1e3)
+            searched = self._counts(units, window) if found.frames_searched else None
+            return self._with_reach(found, camera, window, searched, self.recall is not None)
+
+    def _with_reach(self, found: WhenAnswer, camera: str, window: Window | None, held: MemoryCounts | None,
+                    archive_read: bool) -> WhenAnswer:
+        """``found`` with its reach (``_reach``); ``may_be_older`` kept only where frames older than
+        the edge it lies at were evicted."""
+        searched_since, evicted_before = self._reach(camera, window, held, archive_read)
+        return dataclasses.replace(found, searched_since=searched_since, evicted_before=evicted_before,
+                                   may_be_older=found.found and found.may_be_older and evicted_before)
 
     def _when_replays(self, replays, question, mode, camera, since, until, started) -> WhenAnswer | None:
         """``when`` over the archive's replays, tried in order until one finds the answer (recall.py);
         None when there were none (the working memory holds the window whole)."""
-        found, chunks, asked, searched = None, 0, 0, 0
-        for replay in replays:
+        found, chunks, asked, searched, at_edge = None, 0, 0, 0, False
+        for tried, replay in enumerate(replays):
             found = replay.session.when(question, mode, camera, since, until)
             chunks, asked, searched = chunks + len(replay.chunks), asked + found.questions_asked, \
                 searched + found.frames_searched
+            at_edge = found.may_be_older and tried == 0  # mode first walks the oldest replay first
             if found.found:
                 break
         if found is None:
             return None
         self.questions_answered += 1
-        return dataclasses.replace(found, recalled_chunks=chunks, questions_asked=asked, frames_searched=searched,
-                                   total_ms=(time.perf_counter() - started) * 1e3)
+        window = checks.checked_window(since, until)
+        held = self._counts(self.ledger.visible(camera, window).units, window) if self._sees(camera, window) else None
+        found = dataclasses.replace(found, recalled_chunks=chunks, questions_asked=asked, frames_searched=searched,
+                                    may_be_older=at_edge, total_ms=(time.perf_counter() - started) * 1e3)
+        return self._with_reach(found, camera, window, held, archive_read=True)
 
     def watch(self, questions: list[str], chunk: ChunkReport) -> list[WatchAnswer]:
         """Standing yes/no ``questions`` asked over the window of the chunk just encoded, in one pass,
@@ -424,7 +499,9 @@ class Session:
                 "policy": self.policy.name, "policy_config": self.policy.config_dict()}
 
     def save(self, path: str) -> int:
-        """Write the memory to ``path``; returns bytes written. Queued frames are encoded first."""
+        """Write the memory to ``path``; returns bytes written. Queued frames are encoded first, once
+        the path is known to be writable (a refused save leaves them waiting)."""
+        check_writable(path)
         with self._cache_lock:
             self.flush()
             return write_snapshot(path, {**self._identity(), "policy_state": self.policy.state_dict(),

@@ -29,6 +29,18 @@ IDENTITY_KEYS = ("model_id", "config_hash", "policy", "policy_config")
 HEADER_LIMIT = 256  # bytes: the header line is far shorter
 
 
+def check_writable(path: str) -> None:
+    """SnapshotError when a snapshot cannot be written at ``path`` (a folder, or in a folder that is
+    missing or not writable): checked before the memory is touched for it."""
+    folder = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        raise SnapshotError(f"cannot write snapshot '{path}': it is a folder")
+    if not os.path.isdir(folder):
+        raise SnapshotError(f"cannot write snapshot '{path}': folder '{folder}' does not exist")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise SnapshotError(f"cannot write snapshot '{path}': folder '{folder}' is not writable")
+
+
 def write_snapshot(path: str, state: dict[str, Any]) -> int:
     """Write ``state`` to ``path`` through a temporary file renamed over it (a crash mid-write leaves
     the last snapshot whole); returns the bytes written."""

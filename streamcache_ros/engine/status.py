@@ -135,6 +135,10 @@ class Answer:
     option_probabilities: list[float] = field(default_factory=list)
     # chunks brought back from the archive and replayed for this answer (0: the working memory answered)
     recalled_chunks: int = 0
+    # how far back what the answer could read reaches (docs/interfaces.md "How far back an answer
+    # reaches"): the oldest frame stamp (0.0: none), and whether older frames were seen and evicted
+    searched_since: float = 0.0
+    evicted_before: bool = False
 
 
 @dataclass
@@ -168,6 +172,11 @@ class WhenAnswer:
     total_ms: float
     frames_searched: int
     recalled_chunks: int = 0  # archived chunks the search ran over (0: the working memory alone)
+    searched_since: float = 0.0  # as Answer's: the oldest frame stamp searched (0.0: none)
+    evicted_before: bool = False  # frames older than searched_since were seen and are no longer held
+    # mode first: the answer lies in the oldest unit searched (the search sets it); the Session
+    # keeps it only where older frames were evicted: the first time may be older
+    may_be_older: bool = False
 
 
 @dataclass(frozen=True)

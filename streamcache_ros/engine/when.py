@@ -144,5 +144,7 @@ def answer(found: Found, mode: str, units: list[UnitInfo], window: Window, total
         camera = units[found.index].camera
     timeline_stamps = [s for stamps, _ in zip(frames, found.timeline) for s in stamps]
     timeline_yes = [p for stamps, p in zip(frames, found.timeline) for _ in stamps]
+    searched = [s for f in frames for s in f]
     return WhenAnswer(found.index >= 0, stamp, camera, found.yes_probability, timeline_stamps, timeline_yes,
-                      found.windows_asked, total_ms, sum(len(f) for f in frames))
+                      found.windows_asked, total_ms, len(searched), searched_since=min(searched, default=0.0),
+                      may_be_older=mode == "first" and found.index == 0)

@@ -88,8 +88,8 @@ class MemoryServices:
             if not request.path.strip():
                 raise _RequestError("path is empty")
             path = self._in_snapshot_dir(request.path.strip())
-            self.cameras.queues.clear()
-            r.frames_in_memory = self.session.load(path)
+            r.frames_in_memory = self.session.load(path)  # refused: the frames waiting stay
+            self.cameras.queues.clear()  # sampled before the load: not wanted after it
             self.cameras.memory_replaced()
             self.log.info(f"memory loaded from {path}: {r.frames_in_memory} frames")
         return self._memory_call(response, load)

@@ -103,6 +103,8 @@ def fill_answer(result, answer: Answer, now_s: float):
     result.evidence_cameras = [e.camera for e in answer.evidence]
     result.evidence_weights = [float(e.weight) for e in answer.evidence]
     result.evidence_summary_share = float(answer.evidence_summary_share)
+    result.searched_since = seconds_to_time(answer.searched_since)
+    result.evicted_before = bool(answer.evicted_before)
     return result
 
 
@@ -128,6 +130,9 @@ def fill_when(response, found: WhenAnswer):
     response.questions_asked = int(found.questions_asked)
     response.total_ms = float(found.total_ms)
     response.frames_searched = int(found.frames_searched)
+    response.searched_since = seconds_to_time(found.searched_since)
+    response.evicted_before = bool(found.evicted_before)
+    response.may_be_older = bool(found.may_be_older)
     return response
 
 
