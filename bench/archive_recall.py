@@ -67,9 +67,10 @@ def ask(session, q, stream) -> tuple[bool, float, int]:
 
 
 def run_stream(adapter, seed: int, frames: int, policies: tuple[str, ...], fraction: float, folder: pathlib.Path,
-               recall_chunks: int) -> list[dict]:
-    points = sorted(set(hour_points(frames)) | {REFERENCE_FRAMES})
-    stream = world.make_stream(seed, frames, question_points=points)
+               recall_chunks: int, marks: list[int] | None = None, trace_every: int = 0,
+               trace: list[dict] | None = None) -> list[dict]:
+    points = sorted(set(marks or hour_points(frames)) | {REFERENCE_FRAMES})
+    stream = world.make_long_stream(seed, frames, question_points=points)
     g = geometry_for(adapter, stream.look, "")
     full_tokens = g.prefix + EQUAL_BYTES_AT / g.frames_per_unit * g.tokens_per_unit
     sessions = {}
@@ -91,6 +92,8 @@ def run_stream(adapter, seed: int, frames: int, policies: tuple[str, ...], fract
         if i < REFERENCE_FRAMES:
             reference.add_frame(rgb, stamp=stream.stamp(i))
         n = i + 1
+        if trace is not None and trace_every and n % trace_every == 0:
+            trace.extend(memory_state(seed, n, policy, session, chunk_ms[policy]) for policy, session in sessions.items())
         if n not in points:
             continue
         rng = np.random.default_rng((seed, n, 5))
@@ -124,6 +127,15 @@ def run_stream(adapter, seed: int, frames: int, policies: tuple[str, ...], fract
     for session in sessions.values():
         session.close_archive()
     return records
+
+
+def memory_state(seed: int, n: int, policy: str, session, chunk_ms: list[float]) -> dict:
+    """What the memory costs at one point of the stream: the flat-cost check over a long run."""
+    status = session.status()
+    recent = chunk_ms[-200:]
+    return {"seed": seed, "length": n, "policy": policy, "kv_bytes": status.cache.kv_bytes,
+            "rss_bytes": status.process_rss_bytes, "archive_bytes": status.archive.bytes,
+            "archive_chunks": status.archive.chunks, "chunk_ms": round(float(np.median(recent)), 2) if recent else None}
 
 
 def summarise(records: list[dict]) -> dict:
@@ -179,17 +191,21 @@ def main(argv=None) -> int:
     parser.add_argument("--policies", nargs="+", default=["fifo", "uniform", "hermes"])
     parser.add_argument("--fraction", type=float, default=1 / 8)
     parser.add_argument("--recall-chunks", type=int, default=4)
+    parser.add_argument("--marks", type=int, nargs="+", default=None,
+                        help="stream lengths at which to ask (default: six even marks, and 128)")
+    parser.add_argument("--trace-every", type=int, default=0,
+                        help="record KV bytes, RSS, archive bytes and chunk time every N frames")
     parser.add_argument("--out", type=pathlib.Path, default=None, help="where the JSON goes (default bench/results)")
     parser.add_argument("--name", default="", help="the JSON's name (default archive_recall-<model>-<frames>)")
     args = parser.parse_args(argv)
     adapter = load(args.model)
     folder = pathlib.Path(tempfile.mkdtemp(prefix="archive-bench-"))
-    records = []
+    records, trace = [], []
     started = time.perf_counter()
     try:
         for s in range(args.streams):
             records += run_stream(adapter, SEED + s, args.frames, tuple(args.policies), args.fraction, folder,
-                                  args.recall_chunks)
+                                  args.recall_chunks, args.marks, args.trace_every, trace)
             print(f"stream {s + 1}/{args.streams} done, {time.perf_counter() - started:.0f} s", flush=True)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
@@ -198,7 +214,8 @@ def main(argv=None) -> int:
     name = args.name or f"archive_recall-{args.model}-{args.frames}"
     path = write_json(name, {"model": args.model, "frames": args.frames, "streams": args.streams,
                              "policies": args.policies, "fraction": args.fraction,
-                             "recall_chunks": args.recall_chunks, "summary": summary, "records": records,
+                             "recall_chunks": args.recall_chunks, "marks": args.marks, "summary": summary,
+                             "trace": trace, "records": records,
                              "wall_s": round(time.perf_counter() - started, 1)}, args.out)
     print(f"wrote {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}")
     return 0

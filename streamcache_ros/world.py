@@ -347,6 +347,48 @@ def make_stream(seed: int, num_frames: int, question_points=(), look: Look | Non
     return WorldStream(seed, look, frames, sim.moves, sim.recolours, sim.fixed_jitter, start_stamp)
 
 
+HOUR_FRAMES = 3600  # the world's longest stream (docs/world.md); a day chains 24 of them
+
+
+class ChainedStream(WorldStream):
+    """Streams one after another as one: the truth, events and stamps run on, each frame is rendered
+    by the stream it came from. A day at 1 fps is 24 hour-long streams of one look, as a robot that
+    moves from room to room sees them (docs/world.md "Longer than an hour")."""
+
+    def __init__(self, parts: list[WorldStream], start_stamp: float = 0.0):
+        firsts = np.cumsum([0] + [len(p) for p in parts[:-1]]).tolist()
+        moves = [Move(m.obj, m.identity, m.direction, m.first_frame + f, m.last_frame + f)
+                 for part, f in zip(parts, firsts) for m in part.moves]
+        recolours = [Recolour(r.obj, r.shape, r.before, r.after, r.frame + f)
+                     for part, f in zip(parts, firsts) for r in part.recolours]
+        truth = [views for part in parts for views in part.truth]
+        super().__init__(parts[0].seed, parts[0].look, truth, moves, recolours, {}, start_stamp)
+        self.parts, self.firsts = parts, firsts
+
+    def _part(self, index: int) -> tuple[WorldStream, int]:
+        k = int(np.searchsorted(self.firsts, index, side="right")) - 1
+        return self.parts[k], index - self.firsts[k]
+
+    def raw_frame(self, index: int) -> np.ndarray:
+        part, offset = self._part(index)
+        return part.raw_frame(offset)
+
+
+def make_long_stream(seed: int, num_frames: int, question_points=(), look: Look | None = None) -> WorldStream:
+    """A stream of any length: ``make_stream`` up to an hour, past it hour-long streams chained
+    (seeds ``seed``, ``seed + 1 000``, ...; one look; each still at its end, so a question may be
+    asked at every whole hour and at ``question_points`` inside an hour)."""
+    if num_frames <= HOUR_FRAMES:
+        return make_stream(seed, num_frames, question_points, look)
+    look = look or random_look(np.random.default_rng((seed, 0)))
+    parts = []
+    for first in range(0, num_frames, HOUR_FRAMES):
+        length = min(HOUR_FRAMES, num_frames - first)
+        inside = [p - first for p in question_points if first < p <= first + length]
+        parts.append(make_stream(seed + 1_000 * (first // HOUR_FRAMES), length, inside, look))
+    return ChainedStream(parts)
+
+
 class _Simulation:
     def __init__(self, rng: np.random.Generator, look: Look):
         self.rng = rng

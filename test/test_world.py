@@ -284,3 +284,20 @@ def test_comparison_windows_hold_the_event_and_answer_from_it(streams):
                 change = [r for r in stream.recolours if first < r.frame <= last][-1]
                 assert q.answer == change.before
     assert kinds == {"moved", "before_color"}
+
+
+def test_a_day_is_hours_chained_with_the_truth_and_stamps_running_on():
+    day = world.make_long_stream(510_000_000, 3 * 3600 + 100, question_points=[64, 3600 + 400])
+    hours = day.parts
+    assert [len(h) for h in hours] == [3600, 3600, 3600, 100] and len(day) == 3 * 3600 + 100
+    assert len({h.seed for h in hours}) == 4 and all(h.look == hours[0].look for h in hours)
+    assert day.truth[3600 + 17] == hours[1].truth[17] and day.stamp(3600 + 17) == 3617.0
+    assert np.array_equal(day.frame(2 * 3600 + 5), hours[2].frame(5))
+    for n in (64, 3600, 3600 + 400, 7200):  # each hour is still at its end and at the asked points
+        assert day.is_still(n)
+    rng = np.random.default_rng(0)
+    first = [q for q in day.questions(7200, rng, ("first_seen", "last_seen"))]
+    for q in first:  # answered over the chain: the frame is the chain's, the identity in view there
+        identity = tuple(q.probe.removeprefix("Did you see a ").rstrip("?").split(" ")[::-1])
+        assert any(v.identity == identity for v in day.truth[q.answer_frame])
+    assert world.make_long_stream(5, 40).truth == world.make_stream(5, 40).truth  # an hour or less: one stream

@@ -129,8 +129,8 @@ def make_world_segments(folder: str | pathlib.Path, seed: int, frames: int, segm
     (``<folder>/segment000`` ...; stamps run on from bag to bag), with the questions asked at the end
     of every segment in ``<folder>/world_questions.json``: a long stream replayed a segment at a
     time, questions in between (bench/hour_soak.py)."""
+    stream = world_segments_stream(seed, frames, segment_frames, look)
     points = _question_points(range(segment_frames, frames + 1, segment_frames), frames)
-    stream = world.make_stream(seed, frames, question_points=points, look=look)
     folder = _fresh(pathlib.Path(folder), overwrite)
     stamps = [start_ns + i * 1_000_000_000 for i in range(frames)]
     bags, camera_topic = [], topic
@@ -140,6 +140,13 @@ def make_world_segments(folder: str | pathlib.Path, seed: int, frames: int, segm
         camera_topic = _write_frames(bags[-1], stream, indices, [stamps[i] for i in indices], topic, "sqlite3")
     _write_record(folder / WORLD_QUESTIONS_FILE, stream, seed, points, stamps, camera_topic, start_ns)
     return bags
+
+
+def world_segments_stream(seed: int, frames: int, segment_frames: int, look=None) -> world.WorldStream:
+    """The world stream ``make_world_segments`` writes: still at every segment's end, so that
+    questions may be asked there (bench/archive_restarts.py asks its own of it)."""
+    points = _question_points(range(segment_frames, frames + 1, segment_frames), frames)
+    return world.make_stream(seed, frames, question_points=points, look=look)
 
 
 def _question_points(ask_at, frames: int) -> list[int]:
