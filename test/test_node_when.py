@@ -155,3 +155,23 @@ def test_the_behaviour_tree_waits_for_an_event(domain, probe, events, tmp_path):
     else:
         assert code == 3 and "outcome: timed out" in output, output
     assert probe.get_parameter(NODE, "watch_questions") == []
+
+
+def test_a_question_mid_chunk_still_gives_every_chunk_its_event(client, probe, events, domain, tmp_path):
+    """A question that arrives with half a chunk waiting encodes it (a partial chunk); the standing
+    question still answers that chunk, and every chunk after it: one event per chunk, each at its
+    own last frame."""
+    assert probe.set_parameter(NODE, "watch_questions", [RED]).successful
+    assert client.reset().success
+    start = START + 500 * S
+    first, second = bagfile.make_world_segments(tmp_path / "segments", 7, 12, 6, look=LOOK, topic=CAM, start_ns=start)
+    seen = len(events)
+    replay_lock_step(domain, first, NS, "--fast")  # 6 frames: a chunk of 4, then 2 waiting
+    assert client.ask("What is there?").success  # encodes them: a partial chunk
+    replay_lock_step(domain, second, NS, "--fast")  # 6 more: a chunk of 4, then 2 waiting
+    reply = client.when(RED, "last")  # encodes them: another partial chunk
+    assert reply.success, reply.error_message
+    probe.wait_for(lambda: len(events) >= seen + 4, what="4 watch events")
+    new = events[seen:]
+    assert [e.question for e in new] == [RED] * 4
+    assert [stamp_ns(e.header.stamp) for e in new] == [start + k * S for k in (3, 5, 9, 11)]

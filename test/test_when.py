@@ -249,3 +249,29 @@ def test_with_the_archive_the_reach_is_the_archives(qwen_adapter, frames, tmp_pa
         assert s.ask("what moved?", max_new_tokens=1, since=101.0, until=104.0).searched_since == 101.0
     finally:
         s.close_archive()
+
+
+def test_every_chunk_goes_to_on_chunk_partial_ones_included(qwen_adapter, frames, tmp_path):
+    """Standing questions run on every chunk (the node asks them in ``Session.on_chunk``): a partial
+    chunk that a question, a `when`, a save or a rate change encoded gets them as a full one does,
+    in order, over its own frames."""
+    s = Session(qwen_adapter, make_policy("fifo", budget_tokens=60), SessionConfig(chunk_frames=4))
+    asked = []
+    s.on_chunk = lambda report: asked.append(
+        (report.frames, [a.stamp for a in s.watch(["Did you see a red circle?"], report)]))
+    video = iter(frames(12))
+
+    def feed(*stamps):
+        for stamp in stamps:
+            s.add_frame(next(video), stamp=stamp, camera="/front")
+    feed(100.0, 101.0)
+    s.ask("what moved?", max_new_tokens=1)  # the 2 frames waiting: a partial chunk
+    feed(102.0, 103.0, 104.0, 105.0, 106.0)  # a full chunk, one frame waiting
+    s.when("Did you see a red circle?")
+    feed(107.0, 108.0)
+    s.save(str(tmp_path / "memory.pt"))
+    feed(109.0)
+    s.tune(sample_fps=2.0)
+    s.ask("what moved?", max_new_tokens=1)  # nothing waiting: no chunk
+    assert asked == [(2, [101.0]), (4, [105.0]), (1, [106.0]), (2, [108.0]), (1, [109.0])]
+    assert s.chunks.encoded == len(asked)

@@ -70,6 +70,11 @@ class Session:
         # the last answer's attention mass, every measured layer's row (bench/evidence_layers.py reads it)
         self.last_attention_mass: AttentionMass | None = None
         self.recall: Recall | None = None  # the archive tier, once attached (attach_archive)
+        # called with every chunk taken in, under the session's lock, whatever encoded it: a full
+        # chunk, or a partial one a question, a save or a rate change encoded (flush); the node asks
+        # its standing questions there, so they run on every chunk, in order (docs/interfaces.md
+        # "Standing questions")
+        self.on_chunk: Callable[[ChunkReport], None] | None = None
         with self._cache_lock:
             self._clear()
 
@@ -125,12 +130,15 @@ class Session:
 
     def _run_chunk(self, camera: str, batch) -> ChunkReport:
         """One chunk through the pipeline, then into the archive (kept even when its compression
-        failed: its frames are in the working memory then)."""
+        failed: its frames are in the working memory then), then to ``on_chunk``."""
         try:
-            return self.chunks.run(camera, batch, self.history)
+            report = self.chunks.run(camera, batch, self.history)
         finally:
             if self.recall is not None:
                 self.recall.keep()
+        if self.on_chunk is not None:
+            self.on_chunk(report)
+        return report
 
     # -- frames ---------------------------------------------------------------------------------
     def add_frame(self, frame: np.ndarray, stamp: float, camera: str = "") -> ChunkReport | None:

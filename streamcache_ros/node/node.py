@@ -221,8 +221,7 @@ class StreamCacheNode(LifecycleNode):
 
     def _after_chunk(self, report: ChunkReport | None) -> None:
         """On the ingest thread, after a chunk went in (``report``) or failed (None)."""
-        if report is not None:
-            self.time_questions.ask_standing(report)
+        # (the standing questions ran with the chunk: TimeQuestions.ask_standing via Session.on_chunk)
         self._memory_changed()
         if self.memory.snapshots.due():
             self.memory.write_snapshot("periodic")

@@ -4,8 +4,10 @@ that publish a WatchEvent per chunk (docs/interfaces.md "When", "Standing questi
 Both are translation: the search and the windows are the engine's (engine/when.py, Session.when /
 Session.watch). A `when` request the engine refuses (an empty memory, an unknown camera or mode, a
 window with no frame) is answered with the engine's reason, the memory unchanged. Standing questions
-run on the ingest thread right after each chunk, so their cost is part of what a chunk takes (the
-latency diagnostic shows it); a failure there is logged, never the end of ingest.
+run right after every chunk the session takes in (``Session.on_chunk``): a full chunk on the ingest
+thread, a partial one that a question, a save or a rate change encoded on that request's thread, so
+their cost is part of what a chunk takes (the latency diagnostic shows it) and every chunk gets its
+events, in order; a failure there is logged, never the end of ingest or of the request.
 """
 from __future__ import annotations
 
@@ -45,6 +47,7 @@ class TimeQuestions:
         self._watch_questions: list[str] = []
         self._last_answers: dict[tuple[str, str], str] = {}  # (question, camera) -> previous answer
         self.last_watch_ms = 0.0  # the standing questions' time on the last chunk (latency diagnostic)
+        session.on_chunk = self.ask_standing
 
     @property
     def watch_count(self) -> int:
@@ -91,6 +94,10 @@ class TimeQuestions:
             answers = self.session.watch(questions, report)
         except StreamCacheError as err:
             self.log.warning(f"standing questions on the chunk from {report.camera}: {err}")
+            answers = []
+        except Exception as err:  # noqa: BLE001 - neither ingest nor the request that encoded the chunk may end here
+            self.log.error(f"standing questions on the chunk from {report.camera} failed: {type(err).__name__}: "
+                           f"{err}\n{traceback.format_exc()}")
             answers = []
         self.last_watch_ms = (time.perf_counter() - started) * 1e3
         with self._watch_lock:
