@@ -107,7 +107,7 @@ def test_a_new_session_on_the_same_archive_answers_about_the_frames_from_before(
     restarted = archived_session("qwen2_5_vl", tmp_path)
     assert restarted.status().frames_in_memory == 0 and restarted.status().archive.chunks == 6
     again = restarted.ask(q.text, q.options, since=8.0, until=15.0)
-    assert again.recalled_chunks == 1 and again.option_index == expected.option_index
+    assert again.recalled_chunks == 1 and again.option_index == expected.option_index >= 0
     feed(restarted, stream, range(48, 64))  # and it goes on where it was
     assert restarted.status().archive.chunks == 8
     restarted.close_archive()

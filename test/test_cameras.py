@@ -64,7 +64,9 @@ def clock_rows(session, camera):
 
 
 def ask_a(session, camera):
-    return session.ask("what is there?", ["a circle", "a square", "nothing"], camera=camera)
+    answer = session.ask("what is there?", ["a circle", "a square", "nothing"], camera=camera)
+    assert answer.option_index >= 0  # scored: always one of the options
+    return answer
 
 
 @pytest.mark.parametrize("mode", ["eager", "lazy"])

@@ -129,13 +129,17 @@ def test_the_ask_cli(client, domain):
                               capture_output=True, text=True, timeout=HANG_GUARD_S)
 
     service = client.ask("What is on the table?")
+    # 20 frames seen, the newest 16 kept: the answer says how far back it reached, and the CLI prints it
+    assert service.evicted_before and service.searched_since == service.oldest_stamp
+    reach = service.searched_since.sec + service.searched_since.nanosec * 1e-9
+    printed = f"{service.answer}\n(the memory searched reaches back to {reach:.3f}; older frames were evicted)"
     done = cli("--namespace", NS, "What is on the table?")
-    assert done.returncode == 0 and done.stdout.strip() == service.answer
+    assert done.returncode == 0 and done.stdout.strip() == printed.strip()
     found = cli("--json", "What is on the table?")  # no --namespace: the one node is found
     assert found.returncode == 0 and json.loads(found.stdout)["answer"] == service.answer
     assert json.loads(found.stdout)["newest_frame_age_s"] >= service.newest_frame_age_s
     streamed = cli("--namespace", NS, "--stream", "What is on the table?")
-    assert streamed.returncode == 0 and streamed.stdout.strip() == service.answer
+    assert streamed.returncode == 0 and streamed.stdout.strip() == printed.strip()
     refused = cli("--namespace", NS, "--camera", "/other/cam", "What is on the table?")
     assert refused.returncode == 1 and "unknown camera" in refused.stderr and refused.stdout == ""
     status = cli("--namespace", NS, "--status")
@@ -291,12 +295,12 @@ def test_cancelling_the_action(client, domain, bags):
     for question in ["Describe everything you saw in detail.", "Tell a long story about the shapes.",
                      "List every colour you saw, one by one.", "What happened, frame by frame?"]:
         cancel = threading.Event()
-        # (an answer fits in the room every chunk leaves: max_question_tokens 64 + max_new_tokens 64)
-        result = client.ask_streaming(question, max_new_tokens=96, on_text=lambda *_: cancel.set(), cancel=cancel)
+        # (an answer fits in the room every chunk leaves: max_question_tokens 64 + 16, options' mc_max_new_tokens)
+        result = client.ask_streaming(question, max_new_tokens=48, on_text=lambda *_: cancel.set(), cancel=cancel)
         if result.error_message == "cancelled":
             break
     assert not result.success and result.error_message == "cancelled"
-    assert 1 <= result.answer_tokens < 96  # stopped part-way, the partial answer returned
+    assert 1 <= result.answer_tokens < 48  # stopped part-way, the partial answer returned
     after = client.memory_status()
     assert (after.kv_tokens, after.kv_bytes, after.frames_in_memory) == (before.kv_tokens, before.kv_bytes, 16)
     assert client.ask("What is on the table?").success  # the node carries on
