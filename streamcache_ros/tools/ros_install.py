@@ -18,10 +18,13 @@ def ros2_launch_unavailable(checkout: pathlib.Path) -> str:
         return "the ros2 CLI is not installed (no system ROS 2, no ros2 CLI wheels: see docs/setup.md)"
     try:
         import launch_ros  # noqa: F401, PLC0415
-        from ament_index_python.packages import get_package_share_directory  # noqa: PLC0415
+    except ModuleNotFoundError as err:
+        return f"launch_ros is not installed ({err}; the ros2 CLI wheels bring it, docs/setup.md)"
+    from ament_index_python.packages import PackageNotFoundError, get_package_share_directory  # noqa: PLC0415
 
+    try:
         share = pathlib.Path(get_package_share_directory(PACKAGE))
-    except Exception as err:  # noqa: BLE001 - any of: no launch_ros, not in the ament index
+    except PackageNotFoundError as err:  # the one expected absence; anything else is raised
         return f"{PACKAGE} is not installed the ROS way ({err}); scripts/setup.sh builds it with colcon"
     installed = (share / "launch" / "live.launch.py").resolve()
     if installed != (pathlib.Path(checkout) / "launch" / "live.launch.py").resolve():
