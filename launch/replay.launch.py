@@ -19,6 +19,9 @@ from streamcache_ros.tools.launching import PACKAGE, answer_sigint, check_bag_to
     node_actions, node_arguments
 
 
+REPLAY_ARGUMENTS = ("bag", "rate", "lock_step", "shutdown_after_replay")
+
+
 def _replay(context):
     warnings = check_bag_topics(context)  # raises (the launch ends, exit code 1) when nothing matches
     arguments = [LaunchConfiguration("bag").perform(context), "--clock", "--wait", "120"]
@@ -29,7 +32,7 @@ def _replay(context):
     replay = Node(package=PACKAGE, executable="streamcache-replay", name="streamcache_replay",
                   arguments=arguments, output="screen", additional_env=dds_environment(context))
     actions = [LogInfo(msg=f"replay.launch.py: {w}") for w in warnings]
-    actions += node_actions(context, use_sim_time=True) + [replay]
+    actions += node_actions(context, use_sim_time=True, own_arguments=REPLAY_ARGUMENTS) + [replay]
     if is_true(context, "shutdown_after_replay"):
         actions.append(RegisterEventHandler(OnProcessExit(target_action=replay,
                                                           on_exit=[EmitEvent(event=Shutdown(reason="replay done"))])))

@@ -129,9 +129,10 @@ def _type(value) -> str:
         return "double"
     if isinstance(value, str):
         return "string"
-    if not value:
-        return "array"  # declared with dynamic typing: no type to infer from []
     return _type(value[0]) + "[]"
+
+
+ARRAY_NAMES = {"STRING_ARRAY": "string[]", "INTEGER_ARRAY": "int[]", "DOUBLE_ARRAY": "double[]", "BOOL_ARRAY": "bool[]"}
 
 
 def _value(value) -> str:
@@ -159,7 +160,7 @@ def parameter_tables() -> str:
     for name, spec in params.all_specs().items():
         declared = params.descriptor(name, spec)
         default = params.plain(spec.default)
-        kind = _type(default)
+        kind = _type(default) if default != [] else ARRAY_NAMES[params.declared_type(name, spec).name]
         for bounds in (*declared.integer_range, *declared.floating_point_range):
             low, high = bounds.from_value, bounds.to_value
             kind += f" ≥ {low}" if high in (params.BIG, params.BIG_FLOAT) else f" {low}–{high}"

@@ -12,7 +12,7 @@ import subprocess
 
 import pytest
 
-from node_procs import (HANG_GUARD_S, ROOT, Proc, client_of, descendants, needs_install, new_domain, ros2_env,
+from node_procs import (HANG_GUARD_S, ROOT, Probe, Proc, client_of, descendants, needs_install, new_domain, ros2_env,
                         run_launch, stop_and_check_all_gone, wait_gone)
 from streamcache_ros.tools import bagfile
 
@@ -48,6 +48,8 @@ def evaluate(description, **arguments):
             value = arguments.get(entity.name, "".join(s.perform(context) for s in default) if default else None)
             if value is not None:
                 context.launch_configurations[entity.name] = value
+    for name, value in arguments.items():  # given but not declared: `ros2 launch` sets them too
+        context.launch_configurations.setdefault(name, value)
     produced = []
     for entity in description.entities:
         if isinstance(entity, OpaqueFunction):
@@ -165,6 +167,57 @@ def test_ros2_launch_live_then_sigint():
             assert "camera_topics: /launch_test/image" in refused.error_message
         stop_and_check_all_gone(proc)  # exit code 0
         assert not systemd_restarts(proc.popen.returncode)
+
+
+def test_every_node_parameter_given_to_the_launch_reaches_the_node():
+    """The README's override arguments, watch_questions (a YAML list) among them, and any other node
+    parameter given by name, typed as the node declares it; a value that is not its type ends the
+    launch naming it; a name that is neither is said to be unused."""
+    declared, produced, context = evaluate(load("live.launch.py"), watch_questions="['Did you see a red circle?', 'Is the door open?']",
+                                    max_new_tokens="16", **{"hermes.mid_k": "[20, 12]", "hermes.reindex": "eager",
+                                                            "sample_fps": "2", "no_such_thing": "1"})
+    (node,) = nodes(produced)
+    given = launching.overrides(context)
+    assert given["watch_questions"] == ["Did you see a red circle?", "Is the door open?"] and given["sample_fps"] == 2.0
+    passed, unused = launching.parameter_arguments(context, list(declared))
+    assert passed == {"max_new_tokens": 16, "hermes.mid_k": [20, 12], "hermes.reindex": "eager"}
+    assert unused == ["no_such_thing"]
+    said = [a.msg[0].text for a in produced if type(a).__name__ == "LogInfo"]
+    assert said == ["launch argument no_such_thing: neither an argument of this launch file nor a streamcache_node "
+                    "parameter: unused"]
+    assert launching.overrides(evaluate(load("live.launch.py"), watch_questions="[]")[2])["watch_questions"] == []
+    for name, text, words in [("budget_tokens", "lots", "is not an integer"), ("sample_fps", "fast", "is not a number"),
+                              ("max_new_tokens", "1.5", "is not an integer"), ("autostart", "maybe", "is not true or false")]:
+        with pytest.raises(RuntimeError, match=f"launch argument {name}:='{text}' {words}"):
+            evaluate(load("live.launch.py"), **{name: text})
+
+
+@needs_install
+def test_a_policy_yaml_keeps_the_models_budget_and_a_far_larger_one_is_warned():
+    """config/hermes.yaml once set 6000 on the bundled model, whose own budget is 96: in effect a full
+    cache, unsaid. Now it keeps the model's own; 6000 given on purpose starts, with a WARN naming both."""
+    domain = new_domain()
+    policy_file = ROOT / "config" / "hermes.yaml"
+    with run_launch(domain, "live.launch.py", "namespace:=sc_yaml", f"policy_params_file:={policy_file}") as proc:
+        with client_of(proc, domain, "/sc_yaml") as client:
+            status = client.memory_status()
+            assert (status.policy, status.budget_tokens) == ("hermes", 96)
+        assert "times the budget of" not in proc.output()
+        stop_and_check_all_gone(proc)
+    with run_launch(domain, "live.launch.py", "namespace:=sc_yaml", "policy:=fifo", "budget_tokens:=6000",
+                    "watch_questions:=['Did you see a red circle?']", "max_new_tokens:=16") as proc:
+        with client_of(proc, domain, "/sc_yaml") as client:
+            assert client.memory_status().budget_tokens == 6000
+        assert "budget_tokens 6000 is 62 times the budget of world-qwen2_5_vl (96, from its folder's " \
+               "streamcache.json)" in proc.output()
+        probe = Probe(domain)
+        try:
+            assert list(probe.get_parameter("/sc_yaml/streamcache_node", "watch_questions")) == \
+                ["Did you see a red circle?"]
+            assert probe.get_parameter("/sc_yaml/streamcache_node", "max_new_tokens") == 16
+        finally:
+            probe.close()
+        stop_and_check_all_gone(proc)
 
 
 @needs_install

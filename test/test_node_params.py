@@ -210,3 +210,15 @@ def test_the_docs_parameter_tables_are_the_declarations():
     stale = text.replace("| `budget_tokens` | int ≥ 0 | `0` |", "| `budget_tokens` | int ≥ 0 | `6000` |")
     assert stale != text and "budget_tokens" in docs.parameter_problems(stale)[0]
     assert docs.parameter_problems(text.replace("fifo\\|full\\|h2svc\\|hermes\\|uniform", "fifo\\|full\\|h2svc\\|hermes"))
+
+
+def test_every_parameter_has_a_declared_type():
+    """An empty default says nothing of its type: params.EMPTY_ARRAY_TYPES gives it (else `ros2 param
+    describe` showed "byte array"); scripts/check_docs.py prints the same type."""
+    from rclpy.parameter import Parameter  # noqa: PLC0415
+
+    kinds = {name: params.declared_type(name, spec) for name, spec in params.all_specs().items()}
+    assert kinds["watch_questions"] == Parameter.Type.STRING_ARRAY
+    assert kinds["evidence_layers"] == Parameter.Type.INTEGER_ARRAY
+    assert Parameter.Type.BYTE_ARRAY not in kinds.values() and Parameter.Type.NOT_SET not in kinds.values()
+    assert all(params.descriptor(name, spec).dynamic_typing for name, spec in params.all_specs().items())

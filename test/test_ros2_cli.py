@@ -66,6 +66,23 @@ def test_param_get_shows_the_params_file(launched):
     assert out.strip() == f"Double value is: {SAMPLE_FPS}"
 
 
+def test_param_describe_and_get_show_array_types(launched):
+    """`ros2 param describe` once said "Type: byte array" for the empty string array watch_questions,
+    `get` "Byte values are: []", and after `set ... "[]"` "Boolean values are: []"."""
+    domain, _ = launched
+    wait = ("--timeout", str(HANG_GUARD_S // 2))
+    node = f"/{NS}/streamcache_node"
+    assert "Type: string array" in ros2(domain, "param", "describe", *wait, node, "watch_questions")
+    assert "Type: integer array" in ros2(domain, "param", "describe", *wait, node, "evidence_layers")
+    assert ros2(domain, "param", "get", *wait, node, "watch_questions").strip() == "String values are: []"
+    assert "Set parameter successful" in ros2(domain, "param", "set", *wait, node, "watch_questions", "[]")
+    assert ros2(domain, "param", "get", *wait, node, "watch_questions").strip() == "String values are: []"
+    refused = subprocess.run(["ros2", "param", "set", *wait, node, "sample_fps", "fast"], cwd=ROOT, env=ros2_env(domain),
+                             capture_output=True, text=True, timeout=HANG_GUARD_S, stdin=subprocess.DEVNULL)
+    said = refused.stdout + refused.stderr
+    assert "parameter 'sample_fps': expected double, got string 'fast'" in said, said
+
+
 def test_service_call_ask(launched):
     domain, _ = launched
     out = ros2(domain, "service", "call", f"/{NS}/ask", "streamcache_ros_interfaces/srv/Ask",

@@ -16,6 +16,22 @@ def resolved_budget_tokens(budget: int, adapter: ModelAdapter) -> int:
             or ENGINE_PARAMETERS["budget_tokens"].fallback)
 
 
+# A budget this many times the model folder's own is all but a full cache on that model: said, in
+# case a YAML meant for another model set it (docs/interfaces.md "Parameters").
+FAR_ABOVE_MODEL_BUDGET = 8
+
+
+def far_above_model_budget(budget: int, adapter: ModelAdapter) -> str:
+    """'' unless ``budget_tokens`` (as given, 0 = the model's own) is more than FAR_ABOVE_MODEL_BUDGET
+    times the model folder's own budget; then a line naming both."""
+    own = int(getattr(adapter, "model_settings", {}).get("budget_tokens", 0))
+    if not budget or not own or budget <= FAR_ABOVE_MODEL_BUDGET * own:
+        return ""
+    return (f"budget_tokens {budget} is {budget / own:.0f} times the budget of {adapter.model_id} ({own}, from its "
+            f"folder's streamcache.json): on this model that is all but a full cache; budget_tokens 0 takes the "
+            f"model's own")
+
+
 def reference_unit(adapter: ModelAdapter) -> VisionInputs:
     """One stream unit of REFERENCE_FRAME-sized frames, preprocessed: what budgets are checked against."""
     return adapter.preprocess([np.zeros((*REFERENCE_FRAME, 3), np.uint8)] * adapter.frames_per_unit)

@@ -45,6 +45,8 @@ from streamcache_ros_interfaces.msg import MemoryStatus, WatchEvent
 from streamcache_ros_interfaces.srv import Ask, LoadMemory, MemoryTimeline, ResetMemory, SaveMemory, When
 
 from ..engine import FAILPOINTS_ENV, ArchiveError, ConfigError, ModelLoadError, arm_failpoints, build_session
+from ..engine.budget import far_above_model_budget
+from ..engine.parameters import takes_budget
 from ..engine.status import ChunkReport
 from . import params
 from .cameras import CameraInput, Cameras
@@ -100,12 +102,16 @@ class StreamCacheNode(LifecycleNode):
         self._question_group = MutuallyExclusiveCallbackGroup()
         self._action_group = ReentrantCallbackGroup()
         self._timer_group = MutuallyExclusiveCallbackGroup()
-        # runtime changes: taken while unconfigured (checked at the next configure), else tuning.py's
-        self.add_pre_set_parameters_callback(lambda changed: self.tuning.model_budget_for_zero(changed)
-                                             if self.tuning else changed)
+        # runtime changes: each value in its declared type or refused with the node's reason (params.py),
+        # then taken while unconfigured (checked at the next configure), else tuning.py's. One pre-set
+        # callback: rclpy hands each its own copy of the list and sets what all of them return
+        convert, check = params.typing_callbacks(self)
+        self.add_pre_set_parameters_callback(lambda changed: self.tuning.model_budget_for_zero(convert(changed))
+                                             if self.tuning else convert(changed))
         self.add_on_set_parameters_callback(lambda changed: self.tuning.check_changes(changed)
                                             if self.tuning else SetParametersResult(successful=True))
         self.add_post_set_parameters_callback(lambda changed: self.tuning.apply(changed) if self.tuning else None)
+        self.add_on_set_parameters_callback(check)  # added last, runs first
 
     # -- lifecycle ------------------------------------------------------------------------------
     def on_configure(self, state: LifecycleState) -> TransitionCallbackReturn:
@@ -137,6 +143,9 @@ class StreamCacheNode(LifecycleNode):
         session = build_session({**params.engine_params(values), "camera_topics": list(topics.values())})
         info = session.info()
         self.shown_budget.show_in_force(session, int(values["budget_tokens"]), info.policy)
+        far = far_above_model_budget(int(values["budget_tokens"]), session.adapter) if takes_budget(info.policy) else ""
+        if far:
+            self.get_logger().warning(far)
         self.session, self.info = session, info
         if faults is not None:
             self.get_logger().warning(f"{FAILPOINTS_ENV}={faults}: TEST faults are being injected")

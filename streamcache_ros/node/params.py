@@ -12,8 +12,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescriptor
+from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescriptor, SetParametersResult
 from rclpy.exceptions import InvalidParameterTypeException, InvalidParameterValueException, ParameterException
+from rclpy.parameter import Parameter
 from rclpy.validate_topic_name import validate_topic_name
 
 from ..engine.errors import ConfigError
@@ -82,15 +83,81 @@ def plain(value: Any) -> Any:
     return value
 
 
+# The element type of each array parameter whose default is empty (nothing to infer it from)
+EMPTY_ARRAY_TYPES = {"watch_questions": Parameter.Type.STRING_ARRAY, "evidence_layers": Parameter.Type.INTEGER_ARRAY,
+                     "hermes.mid_omega": Parameter.Type.DOUBLE_ARRAY, "hermes.mid_k": Parameter.Type.DOUBLE_ARRAY}
+
+
+def declared_type(name: str, spec: Spec) -> Parameter.Type:
+    """The type a parameter holds: its default's, or for an empty array EMPTY_ARRAY_TYPES's."""
+    value = plain(spec.default)
+    if isinstance(value, list) and not value:
+        if name not in EMPTY_ARRAY_TYPES:
+            raise TypeError(f"parameter '{name}' has an empty default: give its type in EMPTY_ARRAY_TYPES")
+        return EMPTY_ARRAY_TYPES[name]
+    return Parameter.Type.from_parameter_value(value)
+
+
+def as_declared(param: Parameter, kind: Parameter.Type) -> Parameter:
+    """``param`` in its declared type where that loses nothing: an integer for a double (``ros2 param
+    set … sample_fps 1``, ``sample_fps: 1`` in a YAML), integers for doubles, and an empty array of any
+    type or none (the ros2 CLI makes ``[]`` a bool array, a YAML no value) as the declared array."""
+    value, got = param.value, param.type_
+    if got == kind:
+        return param
+    if kind == Parameter.Type.DOUBLE and got == Parameter.Type.INTEGER:
+        return Parameter(param.name, kind, float(value))
+    if kind.name.endswith("_ARRAY") and (got == Parameter.Type.NOT_SET or got.name.endswith("_ARRAY") and len(value) == 0):
+        return Parameter(param.name, kind, [])  # a YAML's [] reaches rclpy as no value at all
+    if kind == Parameter.Type.DOUBLE_ARRAY and got == Parameter.Type.INTEGER_ARRAY:
+        return Parameter(param.name, kind, [float(v) for v in value])
+    return param
+
+
+def type_error(param: Parameter, kind: Parameter.Type) -> str:
+    """'' when ``param`` holds its declared type, else the node's reason."""
+    if param.type_ == kind:
+        return ""
+    if param.type_ == Parameter.Type.NOT_SET:
+        return f"expected {kind.name.lower()}, got no value: a parameter of streamcache_node cannot be unset"
+    value = list(param.value) if param.type_.name.endswith("_ARRAY") else param.value
+    return f"expected {kind.name.lower()}, got {param.type_.name.lower()} '{value}'"
+
+
+def typing_callbacks(node) -> tuple:
+    """(pre-set, on-set) callbacks that give ``node``'s parameters their declared types at runtime:
+    a value that converts losslessly is converted (``as_declared``), any other type is refused with
+    the node's reason naming the parameter. Every parameter is declared with dynamic typing so that a
+    wrong type reaches this check instead of rclpy's ("Wrong parameter type, expected ..."); ``ros2
+    param describe/get`` then show the type of the value held, always the declared one."""
+    kinds = {name: declared_type(name, spec) for name, spec in all_specs().items()}
+
+    def convert(changed: list) -> list:
+        return [as_declared(p, kinds[p.name]) if p.name in kinds else p for p in changed]
+
+    def check(changed: list) -> SetParametersResult:
+        for param in changed:
+            reason = type_error(param, kinds[param.name]) if param.name in kinds else ""
+            if reason:
+                # rclpy has already written the refused value's type into the stored descriptor
+                # (dynamic typing): put the declared one back, or `ros2 param describe` shows it
+                for name in (p.name for p in changed if p.name in kinds):
+                    node.describe_parameter(name).type = kinds[name].value
+                return SetParametersResult(successful=False, reason=f"parameter '{param.name}': {reason}")
+        return SetParametersResult(successful=True)
+
+    return convert, check
+
+
 def descriptor(name: str, spec: Spec) -> ParameterDescriptor:
     # never read_only: rclpy would refuse a change with no reason, and a lifecycle reconfigure could not
-    # change it either; tuning.py refuses what cannot change while configured, saying why and how
+    # change it either; tuning.py refuses what cannot change while configured, saying why and how.
+    # dynamic_typing: the node checks types itself (typing_callbacks), with its own message
     d = ParameterDescriptor(name=name, description=spec.description, additional_constraints=(
         RUNTIME_CONSTRAINT if spec.runtime else
-        "fixed while the node is configured: change it with a lifecycle reconfigure or a restart"))
+        "fixed while the node is configured: change it with a lifecycle reconfigure or a restart"),
+        type=declared_type(name, spec).value, dynamic_typing=True)
     value = plain(spec.default)
-    if value is None or value == []:
-        d.dynamic_typing = True  # no type to infer from
     low, high = value_range(spec)
     if low is not None:
         if isinstance(value, float):
@@ -126,10 +193,20 @@ def declare_all(node) -> dict[str, Any]:
     values = {}
     for name, spec in all_specs().items():  # general parameters first: policy ones may inherit them
         default = values[spec.inherits] if spec.inherits else plain(spec.default)
+        kind = declared_type(name, spec)
         try:
             param = node.declare_parameter(name, default, descriptor(name, spec))
         except (ParameterException, TypeError, ValueError) as err:
             raise ConfigError(name, _reason(err, name, spec)) from None
+        typed = as_declared(param, kind)
+        reason = type_error(typed, kind)
+        if reason:
+            raise ConfigError(name, reason)
+        if typed is not param:  # held in its declared type from the start (ros2 param get shows it)
+            result = node.set_parameters([typed])[0]
+            if not result.successful:  # a converted value out of range
+                raise ConfigError(name, f"{typed.value} is out of range [{', '.join(str(v) for v in value_range(spec))}]")
+            param = typed
         value = param.value
         values[name] = list(value) if hasattr(value, "tolist") or isinstance(value, (list, tuple)) else value
     return values

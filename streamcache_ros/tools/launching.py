@@ -14,7 +14,9 @@ from launch.substitutions import LaunchConfiguration
 PACKAGE = "streamcache_ros"
 # launch argument -> (parameter, type); '' leaves the parameter to the YAML files
 OVERRIDES = {"camera_topics": list, "model_path": str, "policy": str, "budget_tokens": int, "device": str,
-             "sample_fps": float, "memory_snapshot_path": str}
+             "sample_fps": float, "memory_snapshot_path": str, "watch_questions": list}
+KIND_WORDS = {int: "an integer", float: "a number", bool: "true or false", list: "a YAML list, e.g. \"['a', 'b']\"",
+              "numbers": "a YAML list of numbers, e.g. \"[1, 2]\""}
 DEFAULT_CAMERA_TOPICS = ["/camera/image_raw"]  # the node's own default (node/params.py)
 FASTDDS_PROFILE = "fastdds_large_images.xml"  # in config/: docs/setup.md, "Large images and Fast DDS"
 
@@ -57,6 +59,12 @@ def node_arguments() -> list[DeclareLaunchArgument]:
         DeclareLaunchArgument("device", default_value="", description="cpu | cuda | auto ('' = from the YAML)"),
         DeclareLaunchArgument("memory_snapshot_path", default_value="",
                               description="memory kept across restarts in this file ('' = from the YAML)"),
+        DeclareLaunchArgument("watch_questions", default_value="",
+                              description="standing yes/no questions, a YAML list: \"['Did you see a red circle?']\" "
+                                          "('' = from the YAML; \"[]\" = none)"),
+        DeclareLaunchArgument("use_sim_time", default_value="false",
+                              description="the node's clock from /clock (a player that publishes one); "
+                                          "replay.launch.py: always true"),
         DeclareLaunchArgument("log_level", default_value="info"),
         DeclareLaunchArgument("aggregator", default_value="false",
                               description="also start diagnostic_aggregator with config/diagnostic_aggregator.yaml"),
@@ -75,25 +83,76 @@ def overrides(context) -> dict:
     values = {}
     for name, kind in OVERRIDES.items():
         text = LaunchConfiguration(name).perform(context).strip()
-        if not text:
-            continue
-        if kind is list:
-            parsed = yaml.safe_load(text)
-            values[name] = [parsed] if isinstance(parsed, str) else [str(t) for t in parsed]
-        else:
-            values[name] = kind(text)
+        if text:
+            values[name] = typed_argument(name, text, kind)
     return values
 
 
-def node_actions(context, use_sim_time: bool = False) -> list:
-    """streamcache_node with the YAML files and overrides (and the aggregator when asked)."""
+def typed_argument(name: str, text: str, kind):
+    """A launch argument's text as its parameter's type (str, int, float, bool, list: of strings,
+    "numbers": a list of numbers); a RuntimeError naming the argument otherwise, which ends the launch
+    with that line before anything starts."""
+    if kind is str:
+        return text
+    try:
+        parsed = yaml.safe_load(text)
+    except yaml.YAMLError:
+        parsed = None
+    number = isinstance(parsed, (int, float)) and not isinstance(parsed, bool)
+    if kind is list and isinstance(parsed, (list, str)):
+        return [parsed] if isinstance(parsed, str) else [str(item) for item in parsed]
+    if kind == "numbers" and isinstance(parsed, list) and all(isinstance(v, (int, float)) for v in parsed):
+        return parsed
+    if kind is float and not number:
+        try:
+            return float(text)  # YAML reads 1e-3 as a string
+        except ValueError:
+            pass
+    if (kind is float and number) or (kind is int and isinstance(parsed, int) and number) or \
+            (kind is bool and isinstance(parsed, bool)):
+        return kind(parsed)
+    raise RuntimeError(f"launch argument {name}:={text!r} is not {KIND_WORDS[kind]}")
+
+
+def parameter_arguments(context, own_arguments) -> tuple[dict, list[str]]:
+    """Launch arguments given that this launch file does not declare: each one that names a
+    streamcache_node parameter (``max_new_tokens:=32``, ``hermes.reindex:=eager``) is passed to the node,
+    typed as the node declares it; the names of the rest are returned (nothing uses them). The node's
+    parameters are read only when such an argument is given (it imports the engine)."""
+    others = sorted(set(context.launch_configurations) - set(own_arguments))
+    if not others:
+        return {}, []
+    from rclpy.parameter import Parameter  # noqa: PLC0415
+
+    from ..node.params import all_specs, declared_type  # noqa: PLC0415
+
+    kinds = {Parameter.Type.STRING: str, Parameter.Type.INTEGER: int, Parameter.Type.DOUBLE: float,
+             Parameter.Type.BOOL: bool, Parameter.Type.STRING_ARRAY: list,
+             Parameter.Type.INTEGER_ARRAY: "numbers", Parameter.Type.DOUBLE_ARRAY: "numbers"}
+    specs = all_specs()
+    values, unused = {}, []
+    for name in others:
+        text = LaunchConfiguration(name).perform(context).strip()
+        if name in specs:
+            values[name] = typed_argument(name, text, kinds[declared_type(name, specs[name])])
+        else:
+            unused.append(name)
+    return values, unused
+
+
+def node_actions(context, use_sim_time: bool = False, own_arguments: tuple = ()) -> list:
+    """streamcache_node with the YAML files and overrides (and the aggregator when asked);
+    ``own_arguments``: the launch file's arguments besides node_arguments' (they are not parameters)."""
+    from launch.actions import LogInfo  # noqa: PLC0415
     from launch_ros.actions import Node  # noqa: PLC0415
 
     parameters = [LaunchConfiguration("params_file").perform(context)]
     policy_file = LaunchConfiguration("policy_params_file").perform(context).strip()
     if policy_file:
         parameters.append(policy_file)
-    parameters.append({**overrides(context), "use_sim_time": use_sim_time})
+    given, unused = parameter_arguments(context, [a.name for a in node_arguments()] + list(own_arguments))
+    use_sim_time = use_sim_time or is_true(context, "use_sim_time")
+    parameters.append({**given, **overrides(context), "use_sim_time": use_sim_time})
     node = Node(package=PACKAGE, executable="streamcache_node",
                     name=LaunchConfiguration("node_name").perform(context),
                     namespace=LaunchConfiguration("namespace").perform(context),
@@ -102,7 +161,8 @@ def node_actions(context, use_sim_time: bool = False) -> list:
                     respawn_delay=float(LaunchConfiguration("respawn_delay").perform(context)),
                     additional_env=dds_environment(context),
                     arguments=["--ros-args", "--log-level", LaunchConfiguration("log_level").perform(context)])
-    actions = [node]
+    actions = [LogInfo(msg=f"launch argument {name}: neither an argument of this launch file nor a streamcache_node "
+                           f"parameter: unused") for name in unused] + [node]
     if not is_true(context, "respawn"):  # respawn: launch starts it again instead
         actions.append(end_with(node))
     if is_true(context, "aggregator"):
