@@ -2,7 +2,8 @@
 
 - "camera <topic>" (one per camera): a CompositeDiagnosticTask of a FrequencyStatus (arrival rate;
   ERROR when the camera is silent for the window, WARN below ``camera_min_rate``), a TimeStampStatus
-  (how old the stamps are by the node's clock; ERROR past ``max_frame_delay``) and the frame counters
+  (how old the stamps are by the node's clock, or by the stream's own for a replay faster than real
+  time, stream_clock.py; ERROR past ``max_frame_delay``) and the frame counters
   (WARN when the camera has been silent for two periods of its minimum rate, so a camera going
   silent shows WARN before the rate's ERROR; WARN when its stamps jumped back, when sampled frames
   were dropped because the encoder was busy, or frames were rejected, since the last update; ERROR
@@ -38,6 +39,7 @@ except ImportError:  # no wheelhouse and no system ROS 2: same statuses from the
     BACKEND = "built-in fallback"
 
 from ..engine.status import SessionStatus
+from .stream_clock import StreamClock
 
 OK, WARN, ERROR = DiagnosticStatus.OK, DiagnosticStatus.WARN, DiagnosticStatus.ERROR
 GPU_NEARLY_FULL = 0.9
@@ -73,8 +75,9 @@ class CameraTask:
     """The counters part of a camera's status (rate and stamps are upstream's own tasks)."""
 
     def __init__(self, counters, is_active: Callable[[], bool], silent_after_s: Callable[[], float] = lambda: 2.0,
-                 qos: Callable[[], tuple[str, int]] = lambda: ("", 0)):
+                 qos: Callable[[], tuple[str, int]] = lambda: ("", 0), judged_by: Callable[[], str] = lambda: ""):
         self.counters = counters
+        self.judged_by = judged_by  # the clock the frames' age is judged by (stream_clock.py)
         self.is_active = is_active
         self.silent_after_s = silent_after_s
         self.qos = qos  # (what the subscription's QoS is and why, resubscriptions so far)
@@ -114,6 +117,8 @@ class CameraTask:
         stat.add("Last frame age (s)", f"{age:.2f}")
         stat.add("Time jumps back", str(now.time_jumps))
         stat.add("Last stamp (s)", f"{now.last_stamp_ns / 1e9:.3f}")
+        if self.judged_by():
+            stat.add("Frame age judged by", self.judged_by())
         stat.add("Receive rate (Hz)", f"{now.receive_rate:.2f}")
         stat.add("Ingest rate (Hz)", f"{now.ingest_rate:.2f}")
         qos, changes = self.qos()
@@ -143,6 +148,7 @@ class NodeDiagnostics:
         self._stamp_tasks = {}
         self._rate_tasks = {}
         self._min_rates: dict[str, float] = {}
+        self._clocks: dict[str, StreamClock] = {}
 
     @property
     def backend(self) -> str:
@@ -157,7 +163,9 @@ class NodeDiagnostics:
         task.addTask(stamps)
         self._min_rates[topic] = min_rate
         # silent: two periods of the minimum rate without a frame
-        frames = CameraTask(counters, lambda: self.view().active, lambda: 2.0 / self._min_rates[topic], qos)
+        self._clocks[topic] = StreamClock()
+        frames = CameraTask(counters, lambda: self.view().active, lambda: 2.0 / self._min_rates[topic], qos,
+                            judged_by=lambda: self._clocks[topic].judged_by)
         task.addTask(updater_lib.FunctionDiagnosticTask("frames", frames.run))
         self._rate_tasks[topic], self._stamp_tasks[topic] = rate, stamps
         self._add(task)
@@ -185,16 +193,19 @@ class NodeDiagnostics:
         self._rate_tasks.clear()
         self._min_rates.clear()
         self._stamp_tasks.clear()
+        self._clocks.clear()
 
     def frame_arrived(self, topic: str, stamp_ns: int, now_ns: int) -> None:
         """Tick the camera's rate and stamp tasks. TimeStampStatus measures delay against the system
-        clock; the frame's age is taken by the NODE's clock instead (sim time during a bag replay)
-        and handed over as the system-clock instant with that age."""
+        clock; the frame's age is taken by the NODE's clock instead (sim time during a bag replay),
+        or by the stream's own when frames arrive faster than their stamps (StreamClock), and handed
+        over as the system-clock instant with that age."""
         self._rate_tasks[topic].tick()
         if stamp_ns == 0:
             self._stamp_tasks[topic].tick(0.0)  # upstream reports a zero stamp as ERROR
-        else:
-            self._stamp_tasks[topic].tick(time.time() - (now_ns - stamp_ns) * 1e-9)
+        else:  # a replay faster than real time by its own clock (stream_clock.py)
+            age = self._clocks[topic].age_s(stamp_ns, now_ns, time.monotonic_ns())
+            self._stamp_tasks[topic].tick(time.time() - age)
 
 
 def archive_full(archive) -> str:

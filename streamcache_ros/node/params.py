@@ -37,7 +37,8 @@ NODE_SPECS: dict[str, Spec] = {
     "camera_min_rate": Spec(0.0, "Diagnostics: a camera slower than this (Hz) is WARN; 0 = sample_fps",
                             0.0, 1000.0, runtime=True),
     "max_frame_delay": Spec(5.0, "Diagnostics: frames stamped more than this many seconds before the "
-                                 "node's clock are ERROR", 0.0, runtime=True),
+                                 "node's clock are ERROR (for a replay faster than real time: behind the "
+                                 "stream's own clock, docs/interfaces.md \"Diagnostics\")", 0.0, runtime=True),
     "memory_snapshot_path": Spec("", "Memory kept across restarts: restored from this file at configure when "
                                      "it exists, written there at shutdown (empty = off)"),
     "snapshot_dir": Spec(default_snapshot_dir(), "The only folder save_memory and load_memory may touch: their paths "
