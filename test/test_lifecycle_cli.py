@@ -52,6 +52,12 @@ def test_configure_activate_deactivate_cleanup_shutdown(domain, tmp_path):
     bag = bagfile.make_bag(tmp_path / "bag", frames=16, fps=2.0, topic=CAM)  # 8 frames sampled at 1 fps
     with Proc(tiny_node(NS, [CAM], autostart=False, budget_tokens=96), child_env(domain)) as node:
         assert state(domain) == "unconfigured"
+        # said at once (it once waited the whole --wait, 15 s, and exited 3): an unconfigured node
+        # answers its state, and serves nothing until configured
+        unconfigured = subprocess.run(python_module("streamcache_ros.client.ask_cli", "--namespace", NS, "--status"),
+                                      cwd=ROOT, env=child_env(domain), capture_output=True, text=True,
+                                      timeout=HANG_GUARD_S)
+        assert unconfigured.returncode == 1 and f"{NODE} is unconfigured" in unconfigured.stderr, unconfigured.stderr
         transition(domain, "configure")
         assert state(domain) == "inactive"
         with client_of(node, domain, NS) as client:

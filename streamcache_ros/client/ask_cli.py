@@ -248,10 +248,13 @@ def run(args, client) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    from .client import NodeNotFound, StreamCacheClient  # noqa: PLC0415
+    from .client import NodeNotConfigured, NodeNotFound, StreamCacheClient  # noqa: PLC0415
 
     try:
         client = StreamCacheClient(args.namespace, timeout=args.wait)
+    except NodeNotConfigured as err:  # there, and says so at once: not active, as --status says of inactive
+        print(f"streamcache-ask: {err}", file=sys.stderr)
+        return EXIT_REFUSED
     except (NodeNotFound, LookupError) as err:
         print(f"streamcache-ask: {err}", file=sys.stderr)
         return EXIT_UNREACHABLE

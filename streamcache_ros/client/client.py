@@ -41,6 +41,10 @@ class NodeNotFound(TimeoutError):
     """No streamcache node answered in time (not running, another ROS_DOMAIN_ID, ...)."""
 
 
+class NodeNotConfigured(NodeNotFound):
+    """The node is there, unconfigured: it serves nothing until it is configured (said at once)."""
+
+
 # How long the graph must stay the same before a client with no namespace trusts what it sees:
 # discovery reports nodes one by one, so an early look may hold one node of several
 # (docs/interfaces.md "Finding the node").
@@ -348,7 +352,7 @@ class StreamCacheClient:
             self._when = self.node.create_client(When, f"{ns}/when")
             self._action = ActionClient(self.node, AskAction, f"{ns}/ask_action")
             self._participant.start()
-            if not self._ask.wait_for_service(timeout_sec=timeout):
+            if not self._wait_for_ask(timeout):
                 state = self._lifecycle_nodes(timeout=min(timeout, 5.0))
                 why = "; ".join(f"{name} is {label}: its services appear once it is configured (ros2 lifecycle set "
                                 f"{name} configure)" for name, label in state.items()) or "is the node running?"
@@ -475,6 +479,23 @@ class StreamCacheClient:
                 return ""
         finally:
             self._participant.in_spin_thread(self.node.destroy_client, client)
+
+    def _wait_for_ask(self, timeout: float) -> bool:
+        """Until ``ask`` is served (True) or ``timeout`` passes (False). A node that answers its
+        lifecycle state 'unconfigured' is not about to serve (one configuring itself at start does not
+        answer until it is done), so it is refused at once with NodeNotConfigured instead of waiting
+        out the timeout (docs/interfaces.md "Finding the node")."""
+        deadline = time.monotonic() + timeout
+        while not self._ask.wait_for_service(timeout_sec=min(0.2, max(0.0, deadline - time.monotonic()))):
+            unconfigured = [name for name, label in self._lifecycle_nodes(timeout=0.5).items()
+                            if label == "unconfigured"]
+            if unconfigured:
+                name = unconfigured[0]
+                raise NodeNotConfigured(f"{name} is unconfigured: it serves nothing until it is configured "
+                                        f"(ros2 lifecycle set {name} configure, then activate)")
+            if time.monotonic() >= deadline:
+                return False
+        return True
 
     def _lifecycle_nodes(self, timeout: float) -> dict[str, str]:
         """The lifecycle nodes in this client's namespace and their states (for a clearer error)."""
