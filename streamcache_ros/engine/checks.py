@@ -7,6 +7,7 @@ exactly as it was (docs/reliability.md).
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 
@@ -90,11 +91,53 @@ def check_yes_no_question(question: str) -> None:
                             "with `ask`")
 
 
+# The last segments of an image topic that say what kind of image it is, not which camera
+IMAGE_SEGMENTS = frozenset({"image_raw", "image", "image_rect", "image_color", "image_rect_color", "image_mono",
+                            "compressed", "color", "rgb"})
+# Words that make a question about what the cameras show now (docs/interfaces.md "Cameras by name")
+NOW_WORDS = re.compile(r"\b(now|currently|at the moment|at present|right now)\b", re.IGNORECASE)
+
+
+def short_camera_name(topic: str) -> str:
+    """A camera's short name: its topic's last segment that is not an image kind (``front`` for
+    ``/front/image_raw`` and ``/robot/front/image_raw/compressed``)."""
+    segments = [s for s in topic.strip("/").split("/") if s]
+    while len(segments) > 1 and segments[-1] in IMAGE_SEGMENTS:
+        segments.pop()
+    return segments[-1] if segments else topic
+
+
+def described_cameras(configured: tuple[str, ...]) -> str:
+    """``front (/front/image_raw), rear (/rear/image_raw)``: each camera by short name and topic."""
+    return ", ".join(f"{short_camera_name(c)} ({c})" for c in configured)
+
+
+def resolved_camera(camera: str, configured: tuple[str, ...]) -> str:
+    """The camera a question names: a topic as it is, or a short name standing for the one
+    configured topic that has it ('' and anything else as they are, for the checks to refuse)."""
+    if not camera or camera in configured:
+        return camera
+    named = [c for c in configured if short_camera_name(c) == camera]
+    if len(named) > 1:
+        raise QuestionError(f"camera '{camera}' is the short name of several cameras ({', '.join(named)}): "
+                            "name one by its topic")
+    return named[0] if named else camera
+
+
+def check_camera_for_now(question: str, camera: str, configured: tuple[str, ...]) -> None:
+    """A question about now on a node of several cameras must name one: "now" is a different
+    thing on each camera, and an answer over all of them says nothing of which it read."""
+    if not camera and len(configured) > 1 and NOW_WORDS.search(question):
+        raise QuestionError(f"a question about now must name its camera on a node of {len(configured)} cameras: "
+                            f"set camera to one of {described_cameras(configured)}")
+
+
 def check_camera_name(camera: str, configured: tuple[str, ...]) -> None:
     """A camera a question names must be one of ``configured`` (the node's camera_topics) when any are."""
     check_text("camera name", camera)
     if camera and configured and camera not in configured:
-        raise QuestionError(f"unknown camera '{camera}' (camera_topics: {', '.join(configured)})")
+        raise QuestionError(f"unknown camera '{camera}' (camera_topics: {', '.join(configured)}; short names: "
+                            f"{', '.join(short_camera_name(c) for c in configured)})")
 
 
 def check_camera_seen(camera: str, seen: list[str], configured: tuple[str, ...]) -> None:

@@ -185,8 +185,10 @@ class Session:
         """
         started = time.perf_counter()
         options = [str(o) for o in options]
+        camera = checks.resolved_camera(camera, self.config.cameras)
         budget = max_new_tokens or (self.config.mc_max_new_tokens if options else self.config.max_new_tokens)
         ids = self._question_ids(question, options, camera, budget)
+        checks.check_camera_for_now(question, camera, self.config.cameras)
         window = checks.checked_window(since, until)
         evidence_k = self.config.evidence_k if evidence_k is None else int(evidence_k)
         if evidence_k < 0:
@@ -334,6 +336,7 @@ class Session:
         mode = str(mode or "last").strip().lower()
         if mode not in when_search.MODES:
             raise QuestionError(f"unknown mode '{mode}' (one of: {', '.join(when_search.MODES)})")
+        camera = checks.resolved_camera(camera, self.config.cameras)
         ids = self._question_ids(question, list(YES_NO), camera, 1)
         checks.check_yes_no_question(question)
         window = checks.checked_window(since, until)
@@ -416,6 +419,7 @@ class Session:
     def memory_timeline(self, camera: str = "") -> MemoryTimeline:
         """Every frame still in memory (of ``camera`` when given), oldest first, with the share of its
         tokens each layer (and each H2SVC bank) still holds (docs/interfaces.md "The memory timeline")."""
+        camera = checks.resolved_camera(camera, self.config.cameras)
         if camera and camera not in self.ledger.cameras and camera not in self.config.cameras:
             raise QuestionError(f"unknown camera '{camera}'")
         with self._cache_lock:
