@@ -29,7 +29,8 @@ def test_defaults_without_diagnostic_updater(node, client, domain):
     status = client.memory_status()
     assert (status.policy, status.model_id) == (DEFAULT_POLICY, "world-qwen2_5_vl")
     assert status.budget_tokens == 96  # budget_tokens 0: the bundled world model's own (its streamcache.json)
-    refused = client.ask("What is on the table?")
+    # a world question: the bundled model refuses others (docs/interfaces.md "Free-text answers")
+    refused = client.ask("How many objects are in view now?")
     assert not refused.success and "no frames in memory yet" in refused.error_message
 
     probe = Probe(domain)
@@ -52,7 +53,7 @@ def test_defaults_without_diagnostic_updater(node, client, domain):
                 except TimeoutError:
                     continue
             probe.wait_for(acked, what="an ack")
-        answer = client.ask("What is on the table?")
+        answer = client.ask("How many objects are in view now?")
         assert answer.success and answer.frames_in_memory == 3  # 1 fps sampling: all three, one second apart
 
         names = {status_name(NS, "camera /camera/image_raw"), status_name(NS, "memory"), status_name(NS, "latency")}

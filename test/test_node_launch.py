@@ -227,7 +227,7 @@ def test_ros2_launch_replay_then_sigint(tmp_path):
     with run_launch(domain, "replay.launch.py", f"bag:={bag}", "rate:=0", "lock_step:=true", "policy:=fifo") as proc:
         with client_of(proc, domain, "/streamcache") as client:
             client.watch_memory_status().wait_for(lambda status: status.frames_received >= 40, HANG_GUARD_S)
-            answer = client.ask("What did you see?")
+            answer = client.ask("How many objects are in view now?")
             # 40 frames at 2 fps sampled at 1 fps: 20 frames, nothing evicted under the default budget
             assert answer.success and answer.frames_in_memory == 20, answer.error_message
         stop_and_check_all_gone(proc)

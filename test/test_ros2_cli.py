@@ -86,7 +86,7 @@ def test_param_describe_and_get_show_array_types(launched):
 def test_service_call_ask(launched):
     domain, _ = launched
     out = ros2(domain, "service", "call", f"/{NS}/ask", "streamcache_ros_interfaces/srv/Ask",
-               "{question: 'what do you see?'}")
+               "{question: 'How many objects are in view now?'}")
     response = out.split("response:", 1)[1]
     assert "Ask_Response(success=True" in response, out
     # 16 frames at 2 fps, all sampled at the file's 2 fps; its 24-token budget keeps the last 8
@@ -97,7 +97,7 @@ def test_service_call_ask(launched):
 def test_action_send_goal_streams_feedback(launched):
     domain, _ = launched
     out = ros2(domain, "action", "send_goal", "--feedback", f"/{NS}/ask_action", "streamcache_ros_interfaces/action/Ask",
-               "{question: 'what do you see?', max_new_tokens: 8}")
+               "{question: 'How many objects are in view now?', max_new_tokens: 8}")
     # each message is printed as YAML with only its first line indented
     partials = [yaml.safe_load(line)["partial_answer"]
                 for line in re.findall(r"^Feedback:\n\s+(partial_answer: .*)$", out, re.MULTILINE)]

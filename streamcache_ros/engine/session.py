@@ -23,7 +23,7 @@ from typing import Callable
 
 import numpy as np
 
-from . import checks
+from . import answer_kinds, checks
 from . import when as when_search
 from .adapters import ModelAdapter, match_option
 from .cache import PREFIX_UNIT, SUMMARY_UNIT, CachePolicy
@@ -193,6 +193,8 @@ class Session:
         evidence_k = self.config.evidence_k if evidence_k is None else int(evidence_k)
         if evidence_k < 0:
             raise QuestionError(f"evidence_k must be >= 0, got {evidence_k}")
+        free_text = answer_kinds.check_free_text(question, options, answer_kinds.vocabulary_of(self.adapter),
+                                                 self.adapter.model_id)
         with self._cache_lock.question():
             seen = self._select(camera, window, len(ids), budget)
             replay = self.recall.for_ask(ids, camera, window, seen.clock) if self.recall is not None else None
@@ -218,7 +220,7 @@ class Session:
                       oldest_stamp=held.oldest_stamp, newest_stamp=held.newest_stamp, kv_tokens=held.kv_tokens,
                       cancelled=reply.cancelled, evidence=evidence, evidence_summary_share=summary_share,
                       option_probabilities=reply.probabilities, searched_since=searched_since,
-                      evicted_before=evicted_before)
+                      evicted_before=evicted_before, **free_text.judge(reply.text, reply.cancelled))
 
     def _ask_replay(self, replay, question, options, camera, max_new_tokens, on_text, should_stop, since, until,
                     evidence_k, started) -> Answer:

@@ -139,6 +139,12 @@ class Answer:
     # reaches"): the oldest frame stamp (0.0: none), and whether older frames were seen and evicted
     searched_since: float = 0.0
     evicted_before: bool = False
+    # a question without options to a model that declares its answers (answer_kinds.py;
+    # docs/interfaces.md "Free-text answers"): the kind asked for, the kind the answer is ("" for
+    # none), and the message when they differ (then the answer is not one: the node says success false)
+    expected_kind: str = ""
+    answer_kind: str = ""
+    kind_error: str = ""
 
 
 @dataclass

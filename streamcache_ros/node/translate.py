@@ -85,8 +85,10 @@ def fill_memory(result, held: MemoryCounts):
 
 def fill_answer(result, answer: Answer, now_s: float):
     """An Ask response or action result from the engine's answer; ``now_s``: the node's clock."""
-    result.success = not answer.cancelled
-    result.error_message = "cancelled" if answer.cancelled else ""
+    result.success = not answer.cancelled and not answer.kind_error
+    # an answer of the wrong kind is no answer: success false, the model's words kept in `answer`
+    # (docs/interfaces.md "Free-text answers")
+    result.error_message = "cancelled" if answer.cancelled else answer.kind_error
     result.answer = answer.text
     result.option_index = answer.option_index
     result.option_probabilities = [float(p) for p in answer.option_probabilities]

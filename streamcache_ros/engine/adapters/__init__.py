@@ -126,6 +126,12 @@ def read_model_settings(path: str) -> dict:
     budget = settings.get("budget_tokens", 0)
     if not isinstance(budget, int) or budget < 0:
         raise ModelLoadError(f"{file}: budget_tokens must be a whole number >= 0, got {budget!r}")
+    from ..answer_kinds import AnswerVocabulary  # noqa: PLC0415 - answer_kinds -> checks -> decoding -> adapters
+
+    try:  # the words the model answers with, by kind (docs/interfaces.md "Free-text answers")
+        AnswerVocabulary.from_settings(settings, file)
+    except ValueError as err:
+        raise ModelLoadError(str(err)) from None
     return settings
 
 
