@@ -198,3 +198,21 @@ def test_the_ram_buffer_stays_within_its_bytes(tmp_path):
         store.append(chunk(i))
     assert store.buffer.bytes <= 4000 and 0 < len(store.buffer.items) < 50
     store.close()
+
+
+def test_relevance_scores_each_chunk_by_its_best_unit_whatever_the_mix_of_shapes():
+    from streamcache_ros.engine.archive import relevance
+
+    rng = np.random.default_rng(3)
+    question = rng.normal(size=(2, 2, 8)).astype(np.float32)  # [layers, kv_heads, d]
+    keys = [rng.normal(size=(2, units, 2, 8)).astype(np.float16) for units in (4, 4, 3, 4, 1, 3)]
+
+    def one_by_one(key):  # the rule written out for one chunk: best unit of the mean over heads, per layer
+        return [max(float((key[layer, u].astype(np.float32) * question[layer]).sum(-1).mean()) / np.sqrt(8)
+                    for u in range(key.shape[1])) for layer in range(2)]
+    raw = np.array([one_by_one(k) for k in keys]).T  # [layers, chunks]
+    expected = ((raw - raw.mean(1, keepdims=True)) / raw.std(1, keepdims=True)).mean(0)
+    assert np.allclose(relevance(question, keys), expected, atol=1e-4)
+    best = keys[2].copy()
+    best[:, 1] = (question * 10).astype(np.float16)  # one unit that matches the question closely
+    assert int(np.argmax(relevance(question, keys[:2] + [best] + keys[3:]))) == 2

@@ -41,15 +41,20 @@ def question_vector(per_layer_q: list[torch.Tensor], kv_heads: int) -> np.ndarra
 def relevance(question: np.ndarray, keys: list[np.ndarray]) -> np.ndarray:
     """Per chunk key [layers, units, kv_heads, d], the best unit's mean scaled dot product with
     ``question`` [layers, kv_heads, d]; each layer's scores are standardised over the chunks first,
-    so that no layer's scale dominates."""
+    so that no layer's scale dominates. Keys of one shape are scored together, as one matrix
+    product: a day holds some ten thousand chunks, and a question must not walk them one by one."""
     if not keys:
         return np.zeros(0)
     d = question.shape[-1]
     scores = np.zeros((question.shape[0], len(keys)))
-    for layer in range(question.shape[0]):
-        for i, key in enumerate(keys):
-            units = key[layer].astype(np.float32)  # [units, kv_heads, d]
-            scores[layer, i] = float((units * question[layer][None]).sum(-1).mean(-1).max()) / np.sqrt(d)
+    by_shape: dict[tuple, list[int]] = {}
+    for i, key in enumerate(keys):
+        by_shape.setdefault(key.shape, []).append(i)
+    q = question.astype(np.float32)
+    for indices in by_shape.values():
+        stacked = np.stack([keys[i] for i in indices]).astype(np.float32)  # [n, layers, units, heads, d]
+        per_unit = np.einsum("nluhd,lhd->nlu", stacked, q) / (q.shape[1] * np.sqrt(d))  # mean over heads
+        scores[:, indices] = per_unit.max(axis=2).T
     spread = scores.std(axis=1, keepdims=True)
     standard = (scores - scores.mean(axis=1, keepdims=True)) / np.where(spread > 0, spread, 1.0)
     return standard.mean(axis=0)

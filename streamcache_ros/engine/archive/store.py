@@ -212,11 +212,12 @@ class ArchiveStore:
         if camera:
             query += " AND camera = ?"
             args.append(camera)
-        out = []
+        out, shapes = [], {}  # a day's keys come in a few shapes: each parsed once
         for row in self.db.execute(query + " ORDER BY first_stamp, id", args):
             chunk = _row(row)
             if with_keys and row[10] is not None:
-                chunk.key = np.frombuffer(row[10], dtype=np.float16).reshape(json.loads(row[11])).astype(np.float32)
+                shape = shapes.get(row[11]) or shapes.setdefault(row[11], tuple(json.loads(row[11])))
+                chunk.key = np.frombuffer(row[10], dtype=np.float16).reshape(shape)
             if chunk.overlaps(since, until):
                 out.append(chunk)
         return out
