@@ -49,7 +49,7 @@ from dataclasses import dataclass
 import numpy as np
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from common import ROOT, machine, table  # noqa: E402
+from common import ROOT, free_text_unchecked, machine, table  # noqa: E402
 
 from streamcache_ros import world  # noqa: E402
 from streamcache_ros.engine import Answer, QuestionError  # noqa: E402
@@ -133,7 +133,7 @@ def load(model: str):
 
     adapter = load_adapter(model, device="cpu", dtype="float32")
     adapter.vision_encoder = SharedEncoder(adapter.vision_encoder)
-    return adapter
+    return free_text_unchecked(adapter)  # last_seen_evidence asks "When ...?" without options, for its evidence
 
 
 def geometry_for(adapter, look: world.Look, head_map_path: str) -> Geometry:

@@ -83,6 +83,16 @@ def write_json(name: str, payload: dict, out_dir: pathlib.Path | None = None, de
     return path
 
 
+
+def free_text_unchecked(adapter):
+    """``adapter`` with its folder's free-text declaration set aside (docs/interfaces.md "Free-text
+    answers"), for benchmarks that read an answer's attention, not its words: the world model
+    refuses "When did you last see ...?" without options, and its evidence is what they measure."""
+    adapter.model_settings = {k: v for k, v in (adapter.model_settings or {}).items()
+                              if k not in ("answers", "question_words")}
+    return adapter
+
+
 def synchronize(device) -> None:
     """Wait for queued GPU work, so a timer around it measures the work."""
     import torch  # noqa: PLC0415

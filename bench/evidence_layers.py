@@ -26,7 +26,7 @@ import time
 import numpy as np
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from common import ROOT, machine, table  # noqa: E402
+from common import ROOT, free_text_unchecked, machine, table  # noqa: E402
 
 from streamcache_ros import world  # noqa: E402
 
@@ -113,7 +113,8 @@ def main(argv=None) -> int:
     parser.add_argument("--out", type=pathlib.Path, default=REPORTED)
     args = parser.parse_args(argv)
     size = tuple(int(x) for x in args.size.lower().split("x")) if args.size else None
-    adapter = load_adapter(args.model, device="cpu", dtype="float32")
+    # it asks "When did you last see ...?" without options for the attention, which the world model refuses
+    adapter = free_text_unchecked(load_adapter(args.model, device="cpu", dtype="float32"))
     num_layers = adapter.geometry().num_layers
     started, records = time.perf_counter(), []
     for i in range(args.streams):
