@@ -141,6 +141,11 @@ def test_over_dds_a_wrong_kind_is_success_false_and_an_unknown_question_refused(
             if not reply.success:
                 assert reply.error_message.startswith(f"the model answered '{reply.answer}', not "), reply
         assert sum(not reply.success for reply in replies) >= 3
+        # the action says the same: a wrong kind aborts the goal, its words in the result
+        wrong_question, wrong = next((q, r) for q, r in zip(OFF_WORLD, replies) if not r.success)
+        streamed = client.ask_streaming(wrong_question)
+        assert (streamed.success, streamed.answer, streamed.error_message) == (False, wrong.answer,
+                                                                                wrong.error_message)
         frames = client.memory_status().frames_in_memory
         refused = client.ask("What is the weather?")
         assert not refused.success and refused.answer == "" and refused.option_index == -1
