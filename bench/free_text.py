@@ -1,7 +1,7 @@
 """Free text against options on held-out shape-world streams (docs/interfaces.md "Free-text answers").
 
     python bench/free_text.py                                   # the bundled world models
-    python bench/free_text.py --models world-qwen2_5_vl models/candidates/world-qwen2_5_vl-v4 <v3 folder>
+    python bench/free_text.py --models world-qwen2_5_vl <v3 folder>
     # v3, from before v4 was bundled:
     #   git archive 338cb84^ streamcache_ros/models/world-qwen2_5_vl | tar -x -C data/models-v3
 
