@@ -189,13 +189,33 @@ def test_snapshot_round_trip_and_refusal(adapter, frames, tmp_path):
     again = restored.ask("what is on the table?", max_new_tokens=6)
     assert (again.text, again.frames_in_memory) == (expected.text, expected.frames_in_memory)
 
-    other = Session(adapter, make_policy("fifo", budget_tokens=32), SessionConfig(chunk_frames=4))
+    other = Session(adapter, make_policy("fifo", budget_tokens=64, camera_budget_share="shared"),
+                    SessionConfig(chunk_frames=4))
     before = cache_state(other)
-    with pytest.raises(SnapshotError, match="policy_config"):
-        other.load(path)
+    with pytest.raises(SnapshotError, match="made with policy_config .camera_budget_share='equal'.; this node runs"):
+        other.load(path)  # another setting than the budget: refused, nothing changed
     assert_same_state(before, cache_state(other))
     with pytest.raises(SnapshotError, match="no snapshot at"):
         other.load(str(tmp_path / "missing.pt"))
+
+
+@pytest.mark.parametrize("policy", ["fifo", "hermes"])
+def test_a_snapshot_made_at_a_larger_budget_loads_and_the_next_chunk_brings_it_to_the_budget(adapter, frames, tmp_path,
+                                                                                             policy):
+    """docs/interfaces.md "ResetMemory, SaveMemory, LoadMemory": a budget changed at runtime must
+    not leave the robot's snapshot unloadable at the next start."""
+    session = Session(adapter, make_policy(policy, budget_tokens=96), SessionConfig(chunk_frames=4))
+    feed(session, frames(16))
+    path = str(tmp_path / "memory.pt")
+    session.save(path)
+    smaller = Session(adapter, make_policy(policy, budget_tokens=32), SessionConfig(chunk_frames=4))
+    assert smaller.load(path) == session.status().frames_in_memory  # the whole memory, as saved
+    assert_same_state(cache_state(session), cache_state(smaller))
+    assert smaller.policy.config_dict()["budget_tokens"] == 32  # its own budget stays in force
+    prefix = len(adapter.prefix_ids)
+    assert max(smaller.status().cache.layer_tokens) > prefix + 32
+    feed(smaller, frames(20)[16:])  # the next chunk's compression
+    assert max(smaller.status().cache.layer_tokens) <= prefix + 32
 
 
 @pytest.mark.parametrize("name", ["tiny-llava_onevision", "tiny-qwen2_5_vl"])

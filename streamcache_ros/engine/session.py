@@ -38,7 +38,7 @@ from .ledger import Selection, UnitLedger, Window
 from .answering import YES_NO, QuestionRunner
 from .recall import Recall
 from .budget import check_budget, reference_unit, resolved_budget_tokens
-from .snapshot_io import check_writable, read_snapshot, write_snapshot
+from .snapshot_io import budget_apart, check_identity, check_writable, read_state, write_snapshot
 from .status import (Answer, ArchiveStatus, CacheSummary, ChunkReport, DeviceMemory, EngineInfo, EvidenceFrame, Exchange, MemoryCounts,
                      MemoryTimeline, SessionStatus, WatchAnswer, WhenAnswer, process_rss_bytes)
 from .turns import TurnLock
@@ -528,7 +528,11 @@ class Session:
         another model or policy (or policy parameters), or holds frames of cameras this session does
         not have (``SessionConfig.cameras``, when set) is refused; the memory is then unchanged.
         """
-        state = read_snapshot(path, self._identity())
+        identity = self._identity()
+        state = read_state(path)
+        their_budget = budget_apart(state, identity)  # made at another budget: loaded, then brought to ours
+        check_identity(path, state, identity if their_budget is None else
+                       {**identity, "policy_config": {**identity["policy_config"], "budget_tokens": their_budget}})
         try:  # everything read before anything is replaced
             ledger = UnitLedger.read_state(state)
             history = [Exchange(**x) for x in state["history"]]
@@ -543,11 +547,17 @@ class Session:
                                 "load it where those cameras are configured")
         with self._cache_lock, self._pending_lock:
             backup = self.policy.state_dict()
+            our_budget = identity["policy_config"].get("budget_tokens")
             try:
+                if their_budget is not None:
+                    self.policy.set_budget(their_budget)
                 self.policy.load_state_dict(state["policy_state"])
             except Exception as err:
                 self.policy.load_state_dict(backup)
                 raise SnapshotError(f"snapshot '{path}' does not fit this cache: {err}") from None
+            finally:
+                if their_budget is not None:
+                    self.policy.set_budget(our_budget)  # the next chunk's compression brings the memory to it
             self.ledger.load_state(ledger)
             self.history = history
             self._pending.clear()

@@ -106,6 +106,29 @@ def read_snapshot(path: str, identity: dict[str, Any]) -> dict[str, Any]:
     """The snapshot at ``path``; refused (SnapshotError naming what differs) when it is not one, is
     damaged, or was made with another model, policy or policy configuration than ``identity``."""
     state = read_state(path)
+    check_identity(path, state, identity)
+    return state
+
+
+def budget_apart(state: dict[str, Any], identity: dict[str, Any]) -> int | None:
+    """The snapshot's ``budget_tokens`` when that is all its policy configuration differs in from
+    ``identity``'s (same model, same policy): such a memory loads, and the running policy's next
+    compression brings it to the budget in force (docs/interfaces.md "ResetMemory, SaveMemory,
+    LoadMemory"); None otherwise."""
+    theirs, ours = state.get("policy_config"), identity["policy_config"]
+    if not isinstance(theirs, dict) or not isinstance(ours, dict) or "budget_tokens" not in ours:
+        return None
+    if any(state.get(key) != identity[key] for key in IDENTITY_KEYS if key != "policy_config"):
+        return None
+    budget = theirs.get("budget_tokens")
+    if not isinstance(budget, int) or budget == ours["budget_tokens"] or budget < 1:
+        return None
+    return budget if {**theirs, "budget_tokens": ours["budget_tokens"]} == ours else None
+
+
+def check_identity(path: str, state: dict[str, Any], identity: dict[str, Any]) -> None:
+    """SnapshotError naming what differs when ``state`` was made with another model, policy or
+    policy configuration than ``identity``."""
     for key in IDENTITY_KEYS:
         theirs, ours = state.get(key), identity[key]
         if theirs != ours:
@@ -114,4 +137,3 @@ def read_snapshot(path: str, identity: dict[str, Any]) -> dict[str, Any]:
                 theirs = ", ".join(f"{k}={theirs.get(k)!r}" for k in keys)
                 ours = ", ".join(f"{k}={ours.get(k)!r}" for k in keys)
             raise SnapshotError(f"snapshot '{path}' was made with {key} {theirs!r}; this node runs {ours!r}")
-    return state
