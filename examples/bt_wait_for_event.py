@@ -4,9 +4,13 @@
     python examples/bt_wait_for_event.py --namespace /streamcache --question "Did you see a red circle?"
 
 Instead of asking the same question again and again, the tree adds it to the node's standing
-questions (parameter ``watch_questions``, set at runtime), then waits without blocking for a
-WatchEvent on ``watch_events`` whose answer turns yes; once it comes, it asks the ``when`` service
-for the first stamp of that stretch and acts. The standing question is taken out again at the end.
+questions (the ``add_watch_question`` service: the questions other clients stand are kept), then
+waits without blocking for a WatchEvent on ``watch_events`` whose answer turns yes; once it comes,
+it asks the ``when`` service for the first stamp at which the answer was yes since the tree started
+(``since``: the newest frame in memory when it added its question, in the cameras' own clock, so a
+replayed bag and a live camera alike). At the end it removes its own hold on the question, and only
+that: a question another client (or the params file) stands as well stays (docs/interfaces.md
+"Standing questions").
 
 Exit codes: 0 it appeared, 1 the node refused the standing question, 3 not within --timeout,
 4 no streamcache node found, 130 interrupted (Ctrl-C).
@@ -30,22 +34,32 @@ def say(text: str) -> None:
 
 
 class StandingQuestion(py_trees.behaviour.Behaviour):
-    """Adds the question to the node's standing questions (SUCCESS), or FAILURE with the node's reason."""
+    """Adds the question to the node's standing questions (SUCCESS), or FAILURE with the node's
+    reason. Notes when the tree started, in the cameras' clock (``started``: the newest frame in
+    memory then; zero, an open window, while the memory is empty). ``added``: the tree holds the
+    question, to let go at the end."""
 
     def __init__(self, client: StreamCacheClient, question: str):
         super().__init__("stand the question")
         self.client, self.question = client, question
+        self.added = False
         self.bb = self.attach_blackboard_client(self.name)
-        self.bb.register_key("outcome", access=Access.WRITE)
+        for key in ("outcome", "started"):
+            self.bb.register_key(key, access=Access.WRITE)
 
     def update(self) -> Status:
-        reason = self.client.set_watch_questions([self.question])
-        if reason:
+        try:
+            self.bb.started = self.client.memory_status().newest_stamp
+        except TimeoutError:  # no status (an inactive node): the whole memory is searched
+            self.bb.started = None
+        reply = self.client.add_watch_question(self.question)
+        if not reply.success:
             self.bb.outcome = "refused"
-            self.feedback_message = reason
-            say(f"[watch] refused: {reason}")
+            self.feedback_message = reply.error_message
+            say(f"[watch] refused: {reply.error_message}")
             return Status.FAILURE
-        say(f"[watch] standing question: {self.question}")
+        self.added = True
+        say(f"[watch] standing question: {self.question} (standing now: {list(reply.watch_questions)})")
         return Status.SUCCESS
 
 
@@ -85,18 +99,19 @@ class WaitForYes(py_trees.behaviour.Behaviour):
 
 
 class SinceWhen(py_trees.behaviour.Behaviour):
-    """Asks the when service for the first stamp of the stretch the event ended (a robot would act
-    here: turn towards it, tell the operator)."""
+    """Asks the when service for the first stamp since the tree started at which the answer was yes
+    (a robot would act here: turn towards it, tell the operator)."""
 
     def __init__(self, client: StreamCacheClient, question: str):
         super().__init__("since when")
         self.client, self.question = client, question
         self.bb = self.attach_blackboard_client(self.name)
-        self.bb.register_key("event", access=Access.READ)
+        for key in ("event", "started"):
+            self.bb.register_key(key, access=Access.READ)
 
     def update(self) -> Status:
         event = self.bb.event
-        found = self.client.when(self.question, "first", event.camera)
+        found = self.client.when(self.question, "first", event.camera, since=self.bb.started)
         if found.success and found.found:
             say(f"[act] in view since {found.stamp.sec + found.stamp.nanosec * 1e-9:.3f} on {found.camera} "
                 f"({found.questions_asked} windows asked)")
@@ -108,6 +123,15 @@ class SinceWhen(py_trees.behaviour.Behaviour):
 def build_tree(client: StreamCacheClient, question: str, timeout: float) -> py_trees.behaviour.Behaviour:
     return py_trees.composites.Sequence("tell me when", memory=True, children=[
         StandingQuestion(client, question), WaitForYes(client, question, timeout), SinceWhen(client, question)])
+
+
+def let_go(client: StreamCacheClient, tree: py_trees.trees.BehaviourTree) -> None:
+    """The tree's own hold on its question, and nothing else, removed."""
+    for leaf in tree.root.iterate():
+        if isinstance(leaf, StandingQuestion) and leaf.added:
+            reply = client.remove_watch_question(leaf.question)
+            say(f"[watch] let go of: {leaf.question} (standing now: {list(reply.watch_questions)})"
+                if reply.success else f"[watch] could not let go of {leaf.question}: {reply.error_message}")
 
 
 def run(tree: py_trees.trees.BehaviourTree, period: float) -> str:
@@ -126,7 +150,7 @@ def main(argv=None) -> int:
     parser.add_argument("--domain-id", type=int, default=None, help="default: ROS_DOMAIN_ID")
     parser.add_argument("--tick", type=float, default=0.1, help="seconds between ticks")
     args = parser.parse_args(argv)
-    client = None
+    client, tree = None, None
     try:
         try:
             client = StreamCacheClient(args.namespace, timeout=args.wait, domain_id=args.domain_id)
@@ -143,7 +167,8 @@ def main(argv=None) -> int:
         return EXIT["interrupted"]
     finally:
         if client is not None:
-            client.set_watch_questions([])  # the question stands no longer
+            if tree is not None:
+                let_go(client, tree)
             client.close()
 
 

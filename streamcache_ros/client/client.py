@@ -15,6 +15,8 @@
         watch = memory.watch_memory_status()            # one subscription; watch.latest: newest message
         found = memory.when("Did you see a red circle?", "last")   # found.found, found.stamp (last | first | timeline)
         memory.set_watch_questions(["Did you see a red circle?"])   # standing questions ('' = taken)
+        memory.add_watch_question("Is the door open?")   # one more, the others' kept (.success, .watch_questions)
+        memory.remove_watch_question("Is the door open?")   # only that one (when no one else holds it)
         events = memory.watch_events()                  # standing questions' WatchEvents, kept as they come
         event = events.wait_for(lambda e: e.answer == "yes", timeout=60)
 
@@ -329,11 +331,11 @@ class StreamCacheClient:
         from streamcache_ros_interfaces.action import Ask as AskAction  # noqa: PLC0415
         from streamcache_ros_interfaces.msg import MemoryStatus, WatchEvent  # noqa: PLC0415
         from streamcache_ros_interfaces.srv import (Ask, LoadMemory, MemoryTimeline, ResetMemory,  # noqa: PLC0415
-                                                    SaveMemory, When)
+                                                    SaveMemory, WatchQuestion, When)
 
         self._types = {"Ask": Ask, "AskAction": AskAction, "ResetMemory": ResetMemory, "SaveMemory": SaveMemory,
                        "LoadMemory": LoadMemory, "MemoryStatus": MemoryStatus, "MemoryTimeline": MemoryTimeline,
-                       "When": When, "WatchEvent": WatchEvent}
+                       "When": When, "WatchEvent": WatchEvent, "WatchQuestion": WatchQuestion}
         self._participant = OwnParticipant(f"streamcache_client_{os.getpid()}_{next(_instances)}", domain_id,
                                            start=False)  # the action client first (OwnParticipant.start)
         self.node = self._participant.node
@@ -350,6 +352,8 @@ class StreamCacheClient:
             self._load = self.node.create_client(LoadMemory, f"{ns}/load_memory")
             self._timeline = self.node.create_client(MemoryTimeline, f"{ns}/memory_timeline")
             self._when = self.node.create_client(When, f"{ns}/when")
+            self._add_watch = self.node.create_client(WatchQuestion, f"{ns}/add_watch_question")
+            self._remove_watch = self.node.create_client(WatchQuestion, f"{ns}/remove_watch_question")
             self._action = ActionClient(self.node, AskAction, f"{ns}/ask_action")
             self._participant.start()
             if not self._wait_for_ask(timeout):
@@ -533,7 +537,9 @@ class StreamCacheClient:
 
     def set_watch_questions(self, questions, timeout: float | None = 30.0) -> str:
         """The node's standing questions from the next chunk on (``ros2 param set <node>
-        watch_questions [...]``): '' when taken, else the node's reason."""
+        watch_questions [...]``): '' when taken, else the node's reason. This replaces the whole
+        list, other clients' questions included: a client that holds questions of its own uses
+        ``add_watch_question`` / ``remove_watch_question``."""
         from rcl_interfaces.srv import SetParameters  # noqa: PLC0415
         from rclpy.parameter import Parameter  # noqa: PLC0415
 
@@ -548,6 +554,20 @@ class StreamCacheClient:
             return "" if result.successful else result.reason
         finally:
             self._participant.in_spin_thread(self.node.destroy_client, service)
+
+    def add_watch_question(self, question: str, timeout: float | None = 30.0):
+        """One more standing question, the others' kept (the add_watch_question service: the node
+        edits its list in one step). Returns the response: ``success`` (else ``error_message`` says
+        why: empty, not yes/no, too long), ``watch_questions`` (the list now) and ``holders``."""
+        request = self._types["WatchQuestion"].Request(question=question)
+        return self._request(self._add_watch, request, timeout, "add_watch_question")
+
+    def remove_watch_question(self, question: str, timeout: float | None = 30.0):
+        """This client's hold on a standing question let go (the remove_watch_question service): it
+        stops being asked once no one holds it (``holders`` 0). Returns the response, as
+        ``add_watch_question``'s."""
+        request = self._types["WatchQuestion"].Request(question=question)
+        return self._request(self._remove_watch, request, timeout, "remove_watch_question")
 
     def watch_events(self) -> "WatchEvents":
         """The client's one subscription to the standing questions' events (made on the first call,

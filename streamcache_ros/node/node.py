@@ -21,7 +21,8 @@ and the memory unchanged; nothing a camera or a client sends can end the process
 Parts (docs/architecture.md, "Layers"): each concern is an object made at configure and given what it
 uses, the session, its publishers, the logger, the clock and the other parts it reads: cameras.py
 (subscriptions, queues, the ingest thread), questions.py (Ask), memory_services.py (reset, save,
-load, timeline, the snapshot), time_questions.py (`when`, the standing questions), status.py
+load, timeline, the snapshot), time_questions.py (`when`, the standing questions),
+standing_questions.py (one question added or removed, who holds each), status.py
 (memory_status, what the diagnostics read) and tuning.py (runtime parameter changes). This file
 wires them up and owns the lifecycle; cleanup drops them with the session.
 
@@ -39,10 +40,11 @@ from rclpy.clock import Clock, ClockType
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
 from rclpy.qos import QoSDurabilityPolicy, QoSHistoryPolicy, QoSProfile, QoSReliabilityPolicy
 from rcl_interfaces.msg import SetParametersResult
+from rclpy.parameter import Parameter
 from std_msgs.msg import Header
 from streamcache_ros_interfaces.action import Ask as AskAction
 from streamcache_ros_interfaces.msg import MemoryStatus, WatchEvent
-from streamcache_ros_interfaces.srv import Ask, LoadMemory, MemoryTimeline, ResetMemory, SaveMemory, When
+from streamcache_ros_interfaces.srv import Ask, LoadMemory, MemoryTimeline, ResetMemory, SaveMemory, WatchQuestion, When
 
 from ..engine import FAILPOINTS_ENV, ArchiveError, ConfigError, ModelLoadError, arm_failpoints, build_session
 from ..engine.budget import far_above_model_budget
@@ -56,6 +58,7 @@ from .memory_services import MemoryServices
 from .questions import Questions
 from .sampler import CameraCounters
 from .snapshots import SnapshotKeeper, archive_folder, check_path, snapshot_dir
+from .standing_questions import StandingQuestions, standing_question_refusal
 from .status import StatusReports
 from .time_questions import EVENT_QOS, TimeQuestions
 from .tuning import RuntimeTuning, ShownBudget, diagnostic_limits
@@ -87,6 +90,7 @@ class StreamCacheNode(LifecycleNode):
         self.questions: Questions | None = None
         self.memory: MemoryServices | None = None
         self.time_questions: TimeQuestions | None = None
+        self.standing: StandingQuestions | None = None
         self.status: StatusReports | None = None
         self.tuning: RuntimeTuning | None = None
         self.shown_budget = ShownBudget(self)
@@ -201,7 +205,12 @@ class StreamCacheNode(LifecycleNode):
                                self._stopping, sample_fps, self._after_chunk, lambda: self.status.refresh())
         self.time_questions = TimeQuestions(session, pubs["watch_pub"], self.cameras.key, name, logger,
                                             self._is_active, lambda: self.status.refresh())
-        self.time_questions.set_watch_questions(values["watch_questions"])
+        self.standing = StandingQuestions(
+            self.time_questions, lambda: list(self.get_parameter("watch_questions").value),
+            lambda questions: self.set_parameters([Parameter("watch_questions", Parameter.Type.STRING_ARRAY,
+                                                               questions)])[0],
+            lambda question: standing_question_refusal(session, info.max_question_tokens, question), logger)
+        self.standing.set_watch_questions(values["watch_questions"])
         self.status = StatusReports(session, info, pubs["status_pub"], clock, self._is_active, self.cameras,
                                     snapshots, self.time_questions)
         self.questions = Questions(session, info, self.status, self.cameras.key, self._stopping, name, logger, clock,
@@ -209,7 +218,7 @@ class StreamCacheNode(LifecycleNode):
         self.memory = MemoryServices(session, self.cameras, snapshots, folder, name, logger, self._is_active,
                                      self._memory_changed)
         self.tuning = RuntimeTuning(session, info, values, self, self.shown_budget, self.cameras, self.status,
-                                    self.time_questions, self.diagnostics)
+                                    self.standing, self.diagnostics)
 
     def _make_interfaces(self) -> None:
         from rclpy.action import ActionServer, CancelResponse, GoalResponse  # noqa: PLC0415
@@ -222,6 +231,10 @@ class StreamCacheNode(LifecycleNode):
             self.create_service(LoadMemory, "load_memory", memory.on_load, callback_group=q),
             self.create_service(MemoryTimeline, "memory_timeline", memory.on_memory_timeline, callback_group=q),
             self.create_service(When, "when", self.time_questions.on_when, callback_group=q),
+            # with the parameter services (rclpy's default group): an edit never interleaves with a set
+            *(self.create_service(WatchQuestion, name, serve, callback_group=self.default_callback_group)
+              for name, serve in (("add_watch_question", self.standing.on_add),
+                                  ("remove_watch_question", self.standing.on_remove))),
         ]
         self._action = ActionServer(self, AskAction, "ask_action", execute_callback=self.questions.execute_ask,
                                     goal_callback=lambda goal: GoalResponse.ACCEPT,
@@ -303,7 +316,7 @@ class StreamCacheNode(LifecycleNode):
         self._made_publishers = {}
         if self.diagnostics is not None:
             self.diagnostics.clear()
-        self.cameras = self.questions = self.memory = self.time_questions = self.status = None
+        self.cameras = self.questions = self.memory = self.time_questions = self.standing = self.status = None
         if self.session is not None:
             self.session.close_archive()  # the lock goes: another node may take the archive
         self.session = None

@@ -27,7 +27,8 @@ from ..engine.status import EngineInfo
 from . import params
 from .cameras import Cameras
 from .status import StatusReports
-from .time_questions import TimeQuestions, watch_questions_refusal
+from .standing_questions import StandingQuestions
+from .time_questions import watch_questions_refusal
 
 # why a parameter is fixed once configured, by what is built from it
 BUILT_FROM = {
@@ -77,11 +78,11 @@ class RuntimeTuning:
     callbacks (the node registers them and hands them here while configured). Given the ``session``
     and its ``info``, the ``configured`` parameter values, ``node`` (its name and parameters),
     ``shown`` (the budget budget_tokens shows), and the parts a change reaches: ``cameras`` (the
-    sampling rate), ``status`` (a budget pending), ``questions`` (the standing ones) and
+    sampling rate), ``status`` (a budget pending), ``questions`` (the standing ones, and who holds them) and
     ``diagnostics`` (their limits)."""
 
     def __init__(self, session, info: EngineInfo, configured: dict, node, shown: ShownBudget, cameras: Cameras,
-                 status: StatusReports, questions: TimeQuestions, diagnostics):
+                 status: StatusReports, questions: StandingQuestions, diagnostics):
         self.session = session
         self.info = info
         self.configured = configured  # keeps the configured budget: the ceiling of a runtime one
