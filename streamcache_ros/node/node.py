@@ -55,6 +55,7 @@ from .cameras import CameraInput, Cameras
 from .diagnostics import EngineView, NodeDiagnostics
 from .image_conversion import ImageConverter
 from .memory_services import MemoryServices
+from .parameter_guard import guard_parameter_services
 from .questions import Questions
 from .sampler import CameraCounters
 from .snapshots import SnapshotKeeper, archive_folder, check_path, snapshot_dir
@@ -116,6 +117,7 @@ class StreamCacheNode(LifecycleNode):
                                             if self.tuning else SetParametersResult(successful=True))
         self.add_post_set_parameters_callback(lambda changed: self.tuning.apply(changed) if self.tuning else None)
         self.add_on_set_parameters_callback(check)  # added last, runs first
+        guard_parameter_services(self)  # a parameter of no known type is refused, not the end of the node
 
     # -- lifecycle ------------------------------------------------------------------------------
     def on_configure(self, state: LifecycleState) -> TransitionCallbackReturn:
