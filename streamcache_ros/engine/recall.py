@@ -120,7 +120,7 @@ class Recall:
         none (an answer's reach, docs/interfaces.md "How far back an answer reaches")."""
         window = window or Window()
         oldest = math.inf
-        for row in self.archive.store.rows(*window.bounds(), camera):  # by first stamp: stop past the oldest
+        for row in self.archive.store.iter_rows(*window.bounds(), camera):  # by first stamp: stop past the oldest
             if row.first_stamp > oldest:
                 break
             oldest = min([oldest, *(s for s in row.stamps if window.holds(s))])

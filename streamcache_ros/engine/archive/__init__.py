@@ -56,7 +56,7 @@ class Archive:
 
     def holds(self, since: float = -math.inf, until: float = math.inf, camera: str = "") -> bool:
         """Whether a chunk with a frame stamped inside since..until (of ``camera``) is archived."""
-        return bool(self.store.rows(since, until, camera))
+        return self.store.holds(since, until, camera)
 
     def note_watch(self, chunk_id: int, answers: dict[str, float]) -> None:
         self.store.note_watch(chunk_id, answers)
@@ -73,10 +73,12 @@ class Archive:
         """(what a question with no window replays, the part recalled for relevance): the relevant
         ones drawn from chunks that end before ``before`` (what the working memory no longer holds
         whole)."""
-        rows = self.store.rows(camera=camera, with_keys=question is not None)
+        rows = self.store.ranking_rows(camera, with_keys=question is not None)
         scores = self._scores(rows, question) if question is not None else np.zeros(len(rows))
         scores = np.where([row.last_stamp < before for row in rows], scores, -np.inf)
-        return question_plan(rows, scores, self.settings.recall_chunks, self.settings.recent_chunks)
+        replayed, recalled = question_plan(rows, scores, self.settings.recall_chunks, self.settings.recent_chunks)
+        whole = {row.chunk_id: row for row in self.store.complete(replayed)}
+        return [whole[row.chunk_id] for row in replayed], [whole[row.chunk_id] for row in recalled]
 
     def ranked(self, question: np.ndarray, rows: list[ArchivedChunk]) -> np.ndarray:
         return self._scores(rows, question)

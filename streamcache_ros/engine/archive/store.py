@@ -24,6 +24,7 @@ import shutil
 import sqlite3
 import time
 from collections import OrderedDict
+from collections.abc import Iterator
 
 import numpy as np
 
@@ -57,6 +58,8 @@ CREATE TABLE IF NOT EXISTS chunks (
     bytes INTEGER NOT NULL
 );
 CREATE INDEX IF NOT EXISTS chunks_by_stamp ON chunks (last_stamp);
+-- rows come oldest first: the first of a span (holds, the oldest stamp) without sorting a day
+CREATE INDEX IF NOT EXISTS chunks_in_order ON chunks (first_stamp, id);
 """
 ROW_COLUMNS = "id, camera, first_stamp, last_stamp, stamps, unit_frames, tokens_per_unit, pinned, bytes, watch"
 
@@ -206,21 +209,65 @@ class ArchiveStore:
              with_keys: bool = False) -> list[ArchivedChunk]:
         """The chunks with a frame stamped inside since..until (of ``camera`` when given), oldest
         first, without payloads."""
+        return list(self.iter_rows(since, until, camera, with_keys))
+
+    def iter_rows(self, since: float = -math.inf, until: float = math.inf, camera: str = "",
+                  with_keys: bool = False) -> Iterator[ArchivedChunk]:
+        """``rows``, one at a time: a caller that needs only the first (``holds``, the oldest
+        stamp) reads one row, not a day's ten thousand."""
         columns = ROW_COLUMNS + (", retrieval_key, key_shape" if with_keys else "")
+        query, args = self._span_query(columns, since, until, camera)
+        shapes: dict[str, tuple] = {}  # a day's keys come in a few shapes: each parsed once
+        for row in self.db.execute(query + " ORDER BY first_stamp, id", args):
+            chunk = _row(row)
+            if with_keys and row[10] is not None:
+                chunk.key = _key(row[10], row[11], shapes)
+            if chunk.overlaps(since, until):
+                yield chunk
+
+    def holds(self, since: float = -math.inf, until: float = math.inf, camera: str = "") -> bool:
+        """Whether a chunk with a frame stamped inside since..until (of ``camera``) is archived."""
+        return next(self.iter_rows(since, until, camera), None) is not None
+
+    def ranking_rows(self, camera: str = "", with_keys: bool = True) -> list[ArchivedChunk]:
+        """Every chunk (of ``camera``), oldest first, with only what ranking and planning read (id,
+        camera, first and last stamp, pinned, key): a question with no window ranks a whole day,
+        and parsing every row's stamps for that cost more than the question (docs/archive.md
+        "Measured"). ``complete`` fills in the few chosen."""
+        columns = "id, camera, first_stamp, last_stamp, pinned" + (", retrieval_key, key_shape" if with_keys else "")
+        query, args = self._span_query(columns, -math.inf, math.inf, camera)
+        out, shapes = [], {}
+        for row in self.db.execute(query + " ORDER BY first_stamp, id", args):
+            chunk = ArchivedChunk(chunk_id=int(row[0]), camera=row[1], first_stamp=float(row[2]),
+                                  last_stamp=float(row[3]), stamps=[], unit_frames=[], tokens_per_unit=0,
+                                  pinned=bool(row[4]))
+            if with_keys and row[5] is not None:
+                chunk.key = _key(row[5], row[6], shapes)
+            out.append(chunk)
+        return out
+
+    def complete(self, rows: list[ArchivedChunk]) -> list[ArchivedChunk]:
+        """``rows`` from ``ranking_rows`` as whole rows (their keys kept), in the same order."""
+        if not rows:
+            return []
+        marks = ", ".join("?" * len(rows))
+        found = {int(r[0]): _row(r) for r in self.db.execute(f"SELECT {ROW_COLUMNS} FROM chunks WHERE id IN ({marks})",
+                                                              [row.chunk_id for row in rows])}
+        missing = [row.chunk_id for row in rows if row.chunk_id not in found]
+        if missing:
+            raise ArchiveError(f"archived chunk(s) {missing} are gone (dropped by archive_max_bytes)")
+        for row in rows:
+            found[row.chunk_id].key = row.key
+        return [found[row.chunk_id] for row in rows]
+
+    @staticmethod
+    def _span_query(columns: str, since: float, until: float, camera: str) -> tuple[str, list]:
         query = f"SELECT {columns} FROM chunks WHERE last_stamp >= ? AND first_stamp <= ?"
         args: list = [_sql_stamp(since), _sql_stamp(until)]
         if camera:
             query += " AND camera = ?"
             args.append(camera)
-        out, shapes = [], {}  # a day's keys come in a few shapes: each parsed once
-        for row in self.db.execute(query + " ORDER BY first_stamp, id", args):
-            chunk = _row(row)
-            if with_keys and row[10] is not None:
-                shape = shapes.get(row[11]) or shapes.setdefault(row[11], tuple(json.loads(row[11])))
-                chunk.key = np.frombuffer(row[10], dtype=np.float16).reshape(shape)
-            if chunk.overlaps(since, until):
-                out.append(chunk)
-        return out
+        return query, args
 
     def load(self, rows: list[ArchivedChunk]) -> list[ArchivedChunk]:
         """``rows`` with their payloads (``chunk``), from the RAM buffer where it has them."""
@@ -256,6 +303,12 @@ class ArchiveStore:
 # -- helpers ----------------------------------------------------------------------------------------
 def _sql_stamp(stamp: float) -> float:
     return max(min(stamp, 1e300), -1e300)  # SQLite has no infinities
+
+
+def _key(blob: bytes, shape: str, shapes: dict[str, tuple]) -> np.ndarray:
+    if shape not in shapes:
+        shapes[shape] = tuple(json.loads(shape))
+    return np.frombuffer(blob, dtype=np.float16).reshape(shapes[shape])
 
 
 def _row(row) -> ArchivedChunk:
