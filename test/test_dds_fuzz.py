@@ -11,7 +11,7 @@ answering, saving and loading the memory's own snapshot change nothing either); 
 run alive, answers a known-good question, and its log holds no traceback and no internal error.
 
 Examples per kind: STREAMCACHE_FUZZ_EXAMPLES (default 100: a short run for CI; the long run,
-docs/reliability.md, used 600).
+docs/reliability.md, used 1000).
 """
 import math
 import os
