@@ -16,6 +16,7 @@ docs/reliability.md, used 1000).
 import math
 import os
 import pathlib
+import time
 
 import pytest
 from builtin_interfaces.msg import Time
@@ -26,7 +27,7 @@ from rcl_interfaces.msg import ParameterType, ParameterValue
 from rcl_interfaces.srv import SetParameters
 from streamcache_ros_interfaces.srv import Ask, LoadMemory, SaveMemory, When
 
-from node_procs import Probe, Proc, child_env, replay_lock_step, tiny_node
+from node_procs import HANG_GUARD_S, Probe, Proc, child_env, replay_lock_step, tiny_node
 from streamcache_ros import world
 from streamcache_ros.node import params
 from streamcache_ros.tools import bagfile
@@ -162,6 +163,7 @@ def fuzz(node, client, domain, tmp_path_factory):
     probe = Probe(domain)
     probe.node_proc = node
     probe.status_before = status_of(client)
+    probe.action = None  # the ask_action client, made at its first goal
     probe.services = {}  # service name -> its client
     probe.kinds = {}  # per request kind: [requests, refusals]
     yield probe
@@ -171,19 +173,19 @@ def fuzz(node, client, domain, tmp_path_factory):
 def call(probe, srv_type, name: str, request):
     """The reply of service ``name``, through one client per service kept for the module (a new
     client each call would wait for discovery each time)."""
-    import time  # noqa: PLC0415
-
-    from node_procs import HANG_GUARD_S  # noqa: PLC0415
-
     service = probe.services.get(name)
     if service is None:
         service = probe.services[name] = probe.node.create_client(srv_type, name)
         assert service.wait_for_service(timeout_sec=HANG_GUARD_S), f"hang guard: no service {name}"
-    future = service.call_async(request)
+    return wait_done(probe, service.call_async(request))
+
+
+def wait_done(probe, future):
+    """The future's result, once done; fails at once when the node has ended."""
     deadline = time.monotonic() + HANG_GUARD_S  # a hang guard only
     while not future.done():
         assert probe.node_proc.alive(), f"the node ended:\n{probe.node_proc.output()[-5000:]}"
-        assert time.monotonic() < deadline, f"hang guard: no reply from {name}"
+        assert time.monotonic() < deadline, "hang guard: no reply"
         time.sleep(0.002)
     return future.result()
 
@@ -249,6 +251,43 @@ def test_any_when_is_answered_or_refused_and_leaves_the_memory(fuzz, request):
     response = sent(fuzz, "when", When, "when", request)
     if response.success:
         assert response.frames_searched >= 1
+
+
+@FUZZ
+@given(request=ask_requests)
+def test_any_ask_goal_ends_answered_or_aborted_and_leaves_the_memory(fuzz, request):
+    """The ask_action action: the same questions as goals; a refused one is aborted with its reason."""
+    from action_msgs.msg import GoalStatus  # noqa: PLC0415
+    from rclpy.action import ActionClient  # noqa: PLC0415
+    from streamcache_ros_interfaces.action import Ask as AskAction  # noqa: PLC0415
+
+    if fuzz.action is None:
+        fuzz.action = ActionClient(fuzz.node, AskAction, f"{NS}/ask_action")
+        assert fuzz.action.wait_for_server(timeout_sec=HANG_GUARD_S), "hang guard: no ask_action server"
+    before = memory_of(fuzz)
+    goal = AskAction.Goal(question=request.question, options=request.options, camera=request.camera,
+                          max_new_tokens=request.max_new_tokens, since=request.since, until=request.until,
+                          evidence_k=request.evidence_k)
+    accepted = wait_done(fuzz, fuzz.action.send_goal_async(goal))
+    assert accepted.accepted
+    ended = wait_done(fuzz, accepted.get_result_async())
+    counts = fuzz.kinds.setdefault("ask_action", [0, 0])
+    counts[0] += 1
+    if ended.status == GoalStatus.STATUS_SUCCEEDED:
+        assert ended.result.success and ended.result.error_message == ""
+    else:
+        counts[1] += 1
+        assert ended.status == GoalStatus.STATUS_ABORTED and not ended.result.success
+        assert ended.result.error_message.strip() and "internal error" not in ended.result.error_message
+    assert memory_of(fuzz) == before, f"ask_action changed the memory: {ended.result.error_message[:300]}"
+
+
+@FUZZ
+@given(camera=CAMERAS)
+def test_any_memory_timeline_is_listed_or_refused_and_leaves_the_memory(fuzz, camera):
+    from streamcache_ros_interfaces.srv import MemoryTimeline  # noqa: PLC0415
+
+    sent(fuzz, "memory_timeline", MemoryTimeline, "memory_timeline", MemoryTimeline.Request(camera=camera))
 
 
 @FUZZ
