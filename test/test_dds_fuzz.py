@@ -1,12 +1,13 @@
 """Fuzzing streamcache_node through DDS (docs/reliability.md "Fuzzing through DDS"): a real node
 process, frames in its memory (some of them evicted to the archive), and Hypothesis-generated
-Ask, When, SaveMemory and LoadMemory requests and parameter sets sent over its services as any
-participant on the domain could send them: any unicode, huge and empty strings, stamps and
-integers at their fields' limits, inverted windows, paths out of snapshot_dir, wrong parameter
-types, NaN and inf.
+Ask, When, SaveMemory, LoadMemory and MemoryTimeline requests, ask_action goals and parameter sets
+sent as any participant on the domain could send them: any unicode, huge and empty strings, stamps
+and integers at their fields' limits, inverted windows, paths out of snapshot_dir, parameter values
+of any type (the type field itself out of range), NaN and inf.
 
-Every response is a success or a refusal that says why; the memory (the node's memory_status and
-memory_timeline) is the same after every request as before it (no frame arrives meanwhile, so
+Every response is a success or a refusal that says why; the memory (what a refused question says
+it holds and memory_timeline's every frame, after every request; memory_status's bytes, chunks and
+archive at the end) is the same after every request as before it (no frame arrives meanwhile, so
 answering, saving and loading the memory's own snapshot change nothing either); the node ends the
 run alive, answers a known-good question, and its log holds no traceback and no internal error.
 
@@ -49,10 +50,12 @@ GOOD_SNAPSHOT = "good.pt"  # the memory's own snapshot, saved before the fuzzing
 
 # -- strategies ----------------------------------------------------------------------------------
 def texts(examples=()):
-    """Any unicode (NUL included), empty, huge, or one of ``examples``."""
+    """Any unicode (NUL included: the message layer cuts a string there), empty, huge (70 000
+    characters), or one of ``examples``."""
     return st.one_of(st.sampled_from(["", " ", "\n", *examples]), st.text(), st.text(min_size=1, max_size=4),
                      st.text(st.characters(codec="utf-8"), max_size=40),
-                     st.builds(lambda s, n: s * n, st.text(min_size=1, max_size=8), st.sampled_from([200, 5000, 70000])))
+                     st.builds(lambda s, n: s * n, st.text(min_size=1, max_size=8),
+                               st.sampled_from([200, 5000, 70000])))
 
 
 QUESTIONS = texts(["What is on the table?", "Did you see a red circle?", "What color is the square now?",
@@ -70,7 +73,8 @@ def stamps(draw):
     if kind == "near":
         return Time(sec=START_S + draw(st.integers(-3, 15)), nanosec=draw(st.integers(0, 999_999_999)))
     if kind == "limits":
-        return Time(sec=draw(st.sampled_from([-INT32, -1, 0, 1, INT32 - 1])), nanosec=draw(st.sampled_from([0, 1, UINT32])))
+        return Time(sec=draw(st.sampled_from([-INT32, -1, 0, 1, INT32 - 1])),
+                    nanosec=draw(st.sampled_from([0, 1, UINT32])))
     return Time(sec=draw(st.integers(-INT32, INT32 - 1)), nanosec=draw(st.integers(0, UINT32)))
 
 
