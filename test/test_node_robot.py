@@ -58,7 +58,7 @@ def node(domain, per_unit, snapshots):
 def test_one_resolved_camera_name_everywhere(client, domain, bags, probe, node):
     refused = client.ask("What is on the table?", camera=WRITTEN)
     assert refused.error_message == f"no frames from camera '{RESOLVED}' yet"
-    assert client.ask("?", camera="/elsewhere").error_message.endswith(f"(camera_topics: {RESOLVED})")
+    assert client.ask("?", camera="/elsewhere").error_message.endswith(f"(camera_topics: {RESOLVED}; short names: cam)")
     assert client.memory_status().cameras == [RESOLVED]
     probe.wait_for(lambda: any(s.name == status_name(NS, f"camera {RESOLVED}") for a in probe.diagnostics
                                for s in a.status), what="the camera's diagnostics")
