@@ -15,7 +15,7 @@ then with them. Per model and kind:
 - ``right_kind``: the share of free-text answers that are a word of the kind the question asks for
   (engine/answer_kinds.py, against the bundled world models' vocabulary, whatever the model's own
   folder declares, so that models without the declaration are judged alike);
-- ``free_over_option``: free / option. Targets (issue 32): free >= 0.9 of option, right kind >= 0.95.
+- ``free_over_option``: free / option. The targets: free >= 0.9 of option, right kind >= 0.95.
 
 Streams are seeded from 500 000 000 (bench/accuracy.py's held-out seeds; training draws from
 100 000 000). JSON with every answer to bench/results/free_text.json (``--name``).

@@ -37,7 +37,7 @@ from .chunk_queue import ChunkQueue
 from .ledger import Selection, UnitLedger, Window
 from .answering import YES_NO, QuestionRunner
 from .recall import Recall
-from .budget import check_budget, reference_unit, resolved_budget_tokens
+from .budget import check_budget, far_above_model_budget, reference_unit, resolved_budget_tokens
 from .snapshot_io import budget_apart, check_identity, check_writable, read_state, write_snapshot
 from .status import (Answer, ArchiveStatus, CacheSummary, ChunkReport, DeviceMemory, EngineInfo, EvidenceFrame, Exchange, MemoryCounts,
                      MemoryTimeline, SessionStatus, WatchAnswer, WhenAnswer, process_rss_bytes)
@@ -506,6 +506,21 @@ class Session:
     def budget_in_force(self, budget_tokens: int) -> int:
         """The budget ``budget_tokens`` puts in force on this model: itself, or for 0 the model's own."""
         return resolved_budget_tokens(int(budget_tokens), self.adapter)
+
+    def budget_warning(self, budget_tokens: int) -> str:
+        """'' unless ``budget_tokens`` (as given) is far above the model folder's own budget, for a
+        policy that keeps one (budget.py); then a line naming both."""
+        if not self.policy.settings_class.takes("budget_tokens"):
+            return ""
+        return far_above_model_budget(int(budget_tokens), self.adapter)
+
+    def check_yes_no_question(self, question: str) -> None:
+        """QuestionError unless ``question`` could be asked by ``when`` or stand in ``watch_questions``:
+        not empty, a yes/no question, short enough with its prompt. Touches no memory."""
+        limit = self.config.max_question_tokens
+        checks.check_question(question, list(YES_NO), limit)
+        checks.check_yes_no_question(question)
+        checks.check_prompt_length(self.adapter.question_ids(question, list(YES_NO)), limit)
 
     # -- snapshots ------------------------------------------------------------------------------
     def _identity(self) -> dict:

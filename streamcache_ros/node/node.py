@@ -47,8 +47,6 @@ from streamcache_ros_interfaces.msg import MemoryStatus, WatchEvent
 from streamcache_ros_interfaces.srv import Ask, LoadMemory, MemoryTimeline, ResetMemory, SaveMemory, WatchQuestion, When
 
 from ..engine import FAILPOINTS_ENV, ArchiveError, ConfigError, ModelLoadError, arm_failpoints, build_session
-from ..engine.budget import far_above_model_budget
-from ..engine.parameters import takes_budget
 from ..engine.status import ChunkReport
 from . import params
 from .cameras import CameraInput, Cameras
@@ -149,7 +147,7 @@ class StreamCacheNode(LifecycleNode):
         session = build_session({**params.engine_params(values), "camera_topics": list(topics.values())})
         info = session.info()
         self.shown_budget.show_in_force(session, int(values["budget_tokens"]), info.policy)
-        far = far_above_model_budget(int(values["budget_tokens"]), session.adapter) if takes_budget(info.policy) else ""
+        far = session.budget_warning(int(values["budget_tokens"]))
         if far:
             self.get_logger().warning(far)
         self.session, self.info = session, info
@@ -211,7 +209,7 @@ class StreamCacheNode(LifecycleNode):
             self.time_questions, lambda: list(self.get_parameter("watch_questions").value),
             lambda questions: self.set_parameters([Parameter("watch_questions", Parameter.Type.STRING_ARRAY,
                                                                questions)])[0],
-            lambda question: standing_question_refusal(session, info.max_question_tokens, question), logger)
+            lambda question: standing_question_refusal(session, question), logger)
         self.standing.set_watch_questions(values["watch_questions"])
         self.status = StatusReports(session, info, pubs["status_pub"], clock, self._is_active, self.cameras,
                                     snapshots, self.time_questions)

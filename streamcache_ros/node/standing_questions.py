@@ -21,18 +21,13 @@ from typing import Callable
 from rcl_interfaces.msg import SetParametersResult
 from rclpy.parameter import Parameter
 
-from ..engine import checks
-from ..engine.answering import YES_NO
 from ..engine.errors import StreamCacheError
 
 
-def standing_question_refusal(session, max_question_tokens: int, question: str) -> str:
-    """Why ``question`` cannot stand ('' = it can): empty, not a yes/no question, or longer with its
-    prompt than ``max_question_tokens`` (the checks `when` makes, before the tokenizer where it can)."""
+def standing_question_refusal(session, question: str) -> str:
+    """Why ``question`` cannot stand ('' = it can): the checks `when` makes (Session.check_yes_no_question)."""
     try:
-        checks.check_question(question, list(YES_NO), max_question_tokens)
-        checks.check_yes_no_question(question)
-        checks.check_prompt_length(session.adapter.question_ids(question, list(YES_NO)), max_question_tokens)
+        session.check_yes_no_question(question)
     except StreamCacheError as err:
         return f"not a standing question: {err}"
     return ""
