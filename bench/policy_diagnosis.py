@@ -22,6 +22,10 @@ policy, and besides its answer the run records:
   question whose truth is that something never appeared has no truth frames and is left out), and
   to the truth frames filled up to uniform's count of frames with frames spread evenly
   (``oracle_fill``): an upper bound for any policy that keeps whole frames at that budget;
+* ``--variant name=policy:key=value,...``: more sessions beside them, the policy's knobs at equal
+  bytes with these settings on top (values as JSON; for H2SVC ``bank_shares=[s,w,e]`` shares the
+  bytes out in the proportions W_s : W_w : N_e, 4 : 16 : 64 by default), to try a change side by
+  side;
 * HERMES **without its summary token** (its own cache, the summary hidden from the question) and
   H2SVC **with a shuffled head map** (the same bank sizes, heads drawn at random): whether the
   summary and the profiled head map help.
@@ -146,8 +150,66 @@ def shuffled_head_map(path: str, seed: int, out: pathlib.Path) -> str:
     return str(out)
 
 
+@dataclasses.dataclass(frozen=True)
+class Variant:
+    """A session beside the policies: ``policy`` at equal bytes with ``settings`` on top."""
+
+    name: str
+    policy: str
+    settings: dict
+
+    @classmethod
+    def parse(cls, text: str) -> "Variant":
+        name, _, rest = text.partition("=")
+        policy, _, pairs = rest.partition(":")
+        settings = {}
+        for pair in filter(None, pairs.split(";")):
+            key, _, value = pair.partition("=")
+            try:
+                settings[key] = json.loads(value)
+            except json.JSONDecodeError:
+                settings[key] = value
+        if not name or not policy:
+            raise SystemExit(f"--variant takes name=policy:key=value;key=value, got '{text}'")
+        return cls(name, policy, settings)
+
+    def knobs(self, base: dict, target_tokens: float, g) -> dict:
+        """The equal-bytes knobs with the settings on top; for H2SVC ``bank_shares`` [s, w, e] sets
+        the proportions W_s : W_w : N_e (default 4 : 16 : 64) the bytes are shared out by."""
+        settings = dict(self.settings)
+        shares = settings.pop("bank_shares", None)
+        if shares is not None and self.policy == "h2svc":
+            base = h2svc_knobs(target_tokens, g, shares, settings.get("ratios"))
+        return {**base, **settings}
+
+
+def h2svc_knobs(target_tokens: float, g, shares, ratios=None) -> dict:
+    """H2SVC's windows holding ``target_tokens`` per layer on average, in the proportions ``shares``
+    (bench/accuracy.py's rule with other proportions), for the bank fractions of ``ratios``."""
+    fractions = g.bank_fractions if ratios is None else bank_fractions(ratios)
+    units = max(target_tokens - g.prefix, g.tokens_per_unit) / g.tokens_per_unit
+    f_s, f_w, f_e = fractions
+    a, b, c = shares
+    scale = units / (a * f_s + b * f_w + c * f_e)
+    w_s, w_w = max(1, round(a * scale)), max(1, round(b * scale))
+    n_e = max(2, round((units - f_s * w_s - f_w * w_w) / f_e)) if f_e else 2
+    return {"w_s": w_s, "w_w": w_w, "n_e": n_e}
+
+
+BANK_FRACTIONS: dict[str, tuple[float, float, float]] = {}
+
+
+def bank_fractions(ratios) -> tuple[float, float, float]:
+    """The share of KV heads per bank for ``ratios`` on the model's head map (set in main)."""
+    from streamcache_ros.engine.cache.sap import HeadMap  # noqa: PLC0415
+
+    bank = HeadMap.load(BANK_FRACTIONS["path"]).bank_ids(tuple(ratios), "head")
+    return tuple(float((bank == b).sum()) / bank.numel() for b in range(3))
+
+
 def run_stream(adapter, seed: int, length: int, head_map_path: str, shuffled_path: str, per_kind: int,
-               policies: tuple[str, ...], fraction: float, windows: int) -> tuple[list[dict], dict]:
+               policies: tuple[str, ...], fraction: float, windows: int,
+               variants: tuple[Variant, ...] = ()) -> tuple[list[dict], dict]:
     stream = world.make_stream(seed, length, question_points=[length])
     g = accuracy.geometry_for(adapter, stream.look, head_map_path)
     full_longest = g.prefix + math.ceil(max(accuracy.LENGTHS) / g.frames_per_unit) * g.tokens_per_unit
@@ -158,6 +220,10 @@ def run_stream(adapter, seed: int, length: int, head_map_path: str, shuffled_pat
             sessions[policy] = accuracy.make_session(adapter, policy, knobs[policy], head_map_path)
     if "h2svc" in sessions and shuffled_path:
         sessions[SHUFFLED] = accuracy.make_session(adapter, "h2svc", knobs["h2svc"], shuffled_path)
+    for v in variants:
+        base = accuracy.policy_knobs(v.policy, fraction * full_longest, g)
+        knobs[v.name] = v.knobs(base, fraction * full_longest, g)
+        sessions[v.name] = accuracy.make_session(adapter, v.policy, knobs[v.name], head_map_path)
     for i in range(length):
         rgb = stream.frame(i)
         for session in sessions.values():
@@ -333,6 +399,8 @@ def main(argv=None) -> int:
     parser.add_argument("--fraction", type=float, default=1 / 8)
     parser.add_argument("--policies", nargs="+", default=["full", "fifo", "uniform", "hermes", "h2svc"])
     parser.add_argument("--no-shuffled", action="store_true", help="no H2SVC with a shuffled head map")
+    parser.add_argument("--variant", action="append", default=[], type=Variant.parse,
+                        help="name=policy:key=value;key=value: another session at equal bytes with these settings")
     parser.add_argument("--name", default="")
     parser.add_argument("--out", type=pathlib.Path, default=RESULTS)
     args = parser.parse_args(argv)
@@ -342,6 +410,7 @@ def main(argv=None) -> int:
     policies = tuple(p for p in args.policies if p != "h2svc" or head_map_path)
     if "full" not in policies:
         policies = ("full", *policies)
+    BANK_FRACTIONS["path"] = head_map_path
     shuffled = ""
     if head_map_path and "h2svc" in policies and not args.no_shuffled:
         shuffled = shuffled_head_map(head_map_path, 0, RESULTS / "policy_diagnosis" / f"{folder.name}-shuffled.json")
@@ -349,11 +418,11 @@ def main(argv=None) -> int:
     records, streams, started = [], [], time.perf_counter()
     for i in range(args.streams):
         rows, info = run_stream(adapter, first + i, args.length, head_map_path, shuffled, args.per_kind, policies,
-                                args.fraction, args.windows)
+                                args.fraction, args.windows, tuple(args.variant))
         records += rows
         streams.append(info)
         print(f"  stream {i + 1}/{args.streams}: {time.perf_counter() - started:.0f} s", flush=True)
-    names = [*policies, *([SHUFFLED] if shuffled else [])]
+    names = [*policies, *([SHUFFLED] if shuffled else []), *(v.name for v in args.variant)]
     summary, keeps = summarise(records), keep_summary(streams)
     print_tables(summary, keeps, names, args.length)
     name = args.name or f"policy_diagnosis-{folder.name}-{args.length}"
