@@ -68,6 +68,96 @@ def test_per_row_compaction_in_place_equals_the_gather_and_pads(small_blocks):
         assert bool((store.units[row, n:] == PAD_UNIT).all()) and not bool(store.keys[0, row, n:].any())
 
 
+def clocked_store(tokens: int, rows: int = 2, shared: bool = True, seed: int = 0) -> KVStore:
+    """filled_store with two axes of positions and every slot on a clock, so that every tensor a
+    move writes is checked."""
+    gen = torch.Generator().manual_seed(seed)
+    lead = () if shared else (rows,)
+    keys, values = torch.randn(1, rows, tokens, 8, generator=gen), torch.randn(1, rows, tokens, 8, generator=gen)
+    positions = torch.randn(*lead, 2, tokens, generator=gen)
+    units = torch.arange(tokens).expand(*lead, tokens).clone() // 7
+    clocks = torch.randint(0, 3, (*lead, tokens), generator=gen)
+    return KVStore(keys, values, positions, units, units.clone() // 3, torch.arange(rows), shared, clocks)
+
+
+def everything(store: KVStore) -> list[torch.Tensor]:
+    return [t.clone() for t in (store.keys, store.values, store.positions, store.units, store.chunks, store.clocks)]
+
+
+def slots(*runs: tuple[int, int]) -> torch.Tensor:
+    return torch.cat([torch.arange(start, end) for start, end in runs])
+
+
+PREFIX = 5
+TAIL = 3 * BLOCK + 17  # the tail FIFO keeps: several blocks, the last one short
+RUNS = {  # the slots keep() is given; BLOCK: the tokens a block moves (small_blocks)
+    "tail, shift < block": slots((0, PREFIX), (PREFIX + 10, PREFIX + 10 + TAIL)),
+    "tail, shift = block": slots((0, PREFIX), (PREFIX + BLOCK, PREFIX + BLOCK + TAIL)),
+    "tail, shift > block": slots((0, PREFIX), (PREFIX + 50, PREFIX + 50 + TAIL)),
+    "tail, no prefix": slots((23, 23 + TAIL)),
+    "several runs": slots((0, PREFIX), (9, 30), (31, 33), (40, 120), (121, 123), (160, 230)),
+    "non-contiguous": torch.arange(3, 240, 3),
+}
+
+
+@pytest.fixture
+def short_runs(monkeypatch):
+    """store.MIN_RUN small enough for the small stores here to move by slices."""
+    monkeypatch.setattr(store_module, "MIN_RUN", 4)
+
+
+@pytest.mark.parametrize("case", list(RUNS))
+@pytest.mark.parametrize("shared", [True, False])
+def test_keep_by_runs_equals_index_select(case, shared, small_blocks, short_runs, monkeypatch):
+    """keep() moves runs of consecutive slots by slice copies, in pieces no longer than the run's
+    shift (so no copy_ overlaps itself), the rest by index_select: the result is the reference
+    index_select's, bit for bit, for every tensor; a FIFO tail takes no index_select at all."""
+    index = RUNS[case]
+    store = clocked_store(int(index[-1]) + 1 + 11, shared=shared)
+    expected = [t.index_select(2 if t.dim() == 4 else t.dim() - 1, index) for t in everything(store)]
+    selects = []
+    original = torch.Tensor.index_select
+    monkeypatch.setattr(torch.Tensor, "index_select", lambda t, *a: selects.append(a) or original(t, *a))
+    store.keep(index)
+    assert len(store) == index.numel()
+    for got, want in zip(everything(store), expected):
+        assert torch.equal(got, want)
+    assert (not selects) == case.startswith("tail"), "a tail moves by slices, scattered slots by index_select"
+
+
+def test_keep_by_runs_at_the_default_sizes():
+    """With the real MOVE_BYTES and MIN_RUN: a chunk's worth of slots dropped after the prefix."""
+    index = slots((0, 13), (13 + 300, 13 + 300 + 1000))
+    store = clocked_store(1400, rows=4)
+    expected = [t.index_select(2 if t.dim() == 4 else t.dim() - 1, index) for t in everything(store)]
+    store.keep(index)
+    assert all(torch.equal(got, want) for got, want in zip(everything(store), expected))
+
+
+def test_per_row_compaction_by_runs_equals_the_gather(small_blocks, short_runs):
+    """H2SVC's compact(): each row drops whole units of its own (runs moving by different shifts,
+    some too short for slices), and shorter rows are padded."""
+    tokens, rows = 3 * BLOCK + 40, 3
+    store = clocked_store(tokens, rows=rows, shared=False, seed=3)
+    units = store.units.clone()
+    keep = torch.stack([units[0] >= 2,  # a window: the oldest units gone
+                        (units[1] % 4 != 1) & (units[1] != 9),  # units dropped here and there
+                        torch.rand(tokens, generator=torch.Generator().manual_seed(4)) < 0.6])  # scattered
+    before = everything(store)
+    store.compact(keep)
+    width = int(keep.sum(dim=1).max())
+    assert len(store) == width and store.padded
+    for row in range(rows):
+        kept = torch.nonzero(keep[row]).flatten()
+        n = kept.numel()
+        got = everything(store)
+        assert torch.equal(got[0][0, row, :n], before[0][0, row, kept])
+        assert torch.equal(got[1][0, row, :n], before[1][0, row, kept])
+        for tensor, old in zip(got[2:], before[2:]):
+            assert torch.equal(tensor[row][..., :n], old[row][..., kept])
+        assert bool((got[3][row, n:] == PAD_UNIT).all()) and not bool(got[0][0, row, n:].any())
+
+
 def test_appends_copy_only_when_the_room_runs_out_and_a_truncate_frees_nothing():
     store = filled_store(0)
     reference = filled_store(0)

@@ -11,10 +11,11 @@ and never counted, so the bytes held are rows · T · D per tensor, not a full c
 Reserved buffers (docs/performance.md#real-widths): the tensors are views of the first T slots of
 buffers with room for more. An append writes into the room in place, and only when there is none
 are the tokens copied once into a buffer an eighth larger than needed; eviction moves the kept
-tokens forward in place, a block at a time; a question's tokens are dropped by shortening the
-views. So a chunk, a unit (H2SVC) or an answer's token is never a copy of the cache, and the memory
-a chunk takes on top of the cache is the chunk and a block. The buffers are normal tensors (made
-outside inference mode), so they may be written in place in and outside inference mode.
+tokens forward in place, runs of consecutive slots by slice copies and the rest a block at a time;
+a question's tokens are dropped by shortening the views. So a chunk, a unit (H2SVC) or an
+answer's token is never a copy of the cache, and the memory a chunk takes on top of the cache is
+the chunk and a block. The buffers are normal tensors (made outside inference mode), so they may
+be written in place in and outside inference mode.
 """
 from __future__ import annotations
 
@@ -32,6 +33,7 @@ from .units import PAD_UNIT, PREFIX_UNIT, TEXT_UNIT
 Renumber = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 GROWTH = 8  # a buffer that runs out of room grows to what is needed + 1/GROWTH of it
 MOVE_BYTES = 2 << 20  # keys (then values) moved at a time when evicting in place
+MIN_RUN = 64  # slots a run's slice copy moves at least, else index_select is as cheap (fewer calls)
 
 
 def tensor_bytes(*tensors: torch.Tensor) -> int:
@@ -211,8 +213,8 @@ class KVStore:
 
     def keep(self, index: torch.Tensor) -> None:
         """Keep only the slots ``index`` [n] (ascending, each once), in place: every row's kept
-        slots move to the front a block at a time. Safe in place: slot ``index[i] >= i``, so a block
-        never overwrites a slot a later block still has to read."""
+        slots move to the front, front to back (_move). Safe in place: slot ``index[i] >= i``, so a
+        move never overwrites a slot a later one still has to read."""
         index = index.to(self._keys.device)
         if index.numel() > 1 and not bool((index[1:] > index[:-1]).all()):
             raise ValueError("keep() takes ascending slots, each once")
@@ -228,7 +230,7 @@ class KVStore:
         width = int(counts.max()) if self.rows else 0
         # kept slots first, in their order (a stable sort of "dropped" flags)
         order = torch.argsort((~keep).to(torch.int32), dim=1, stable=True)[:, :width]
-        self._gather(order, width)
+        self._gather(order, width, counts)
         filled = torch.arange(width, device=keep.device)[None, :] < counts[:, None]
         self.padded = not bool(filled.all())
         if self.padded:
@@ -239,35 +241,68 @@ class KVStore:
             self._chunks[..., :width].masked_fill_(~filled, -1)
             self._clocks[..., :width].masked_fill_(~filled, NO_CLOCK)
 
-    def _gather(self, order: torch.Tensor, width: int) -> None:
-        """Slot ``order[r, j]`` of row ``r`` to slot ``j``, for j < width, in blocks (order[r, j] >= j)."""
-        dim = self._keys.shape[-1]
+    def _gather(self, order: torch.Tensor, width: int, counts: torch.Tensor | None = None) -> None:
+        """Slot ``order[r, j]`` of row ``r`` to slot ``j``, for j < width (order[r, j] >= j). With
+        ``counts`` (per-row compaction) only the first counts[r] slots of row r are moved: the rest
+        are padding, which the caller writes over. Without, every row has the same order."""
         # a block of MOVE_BYTES: the copy it makes is bounded, and a layer takes a few calls, not
         # one per 512 tokens (each call on a busy CPU can wait for a core)
-        block = max(1, MOVE_BYTES // (self.rows * dim * self._keys.element_size()))
-        for start in range(0, width, block):
-            take = order[:, start:start + block]
-            end = start + take.shape[1]
-            if bool((take == torch.arange(start, end, device=take.device)).all()):
-                continue  # already in place (the prefix, a window's start)
-            if self.shared:  # one order for every row: whole slots at a time, no index per element
-                slots = take[0]
-                self._keys[:, :, start:end] = self._keys.index_select(2, slots)
-                self._values[:, :, start:end] = self._values.index_select(2, slots)
-                self._positions[:, start:end] = self._positions.index_select(1, slots)
-                self._units[start:end] = self._units.index_select(0, slots)
-                self._chunks[start:end] = self._chunks.index_select(0, slots)
-                self._clocks[start:end] = self._clocks.index_select(0, slots)
-            else:
-                index = take[None, :, :, None].expand(1, -1, -1, dim)
-                self._keys[:, :, start:end] = self._keys.gather(2, index)
-                self._values[:, :, start:end] = self._values.gather(2, index)
-                axes = self._positions.shape[1]
-                self._positions[:, :, start:end] = self._positions.gather(2, take[:, None, :].expand(-1, axes, -1))
-                self._units[:, start:end] = self._units.gather(1, take)
-                self._chunks[:, start:end] = self._chunks.gather(1, take)
-                self._clocks[:, start:end] = self._clocks.gather(1, take)
+        block = max(1, MOVE_BYTES // (self.rows * self._keys.shape[-1] * self._keys.element_size()))
+        if counts is None:  # one order for every row: whole slots at a time, no index per element
+            self._move(self._slot_views(), order[0, :width], block)
+        else:  # H2SVC: each row its own runs (its heads evict whole units on their own)
+            for row, count in enumerate(counts.tolist()):
+                self._move(self._slot_views(row), order[row, :count], block * self.rows)
         self._length = width
+
+    def _slot_views(self, row: int | None = None) -> list[tuple[torch.Tensor, int]]:
+        """(buffer, slot axis) of every tensor, of all rows or of one (a per-row store)."""
+        if row is None:
+            tensors = (self._keys, self._values, self._positions, self._units, self._chunks, self._clocks)
+        else:
+            tensors = (self._keys[:, row:row + 1], self._values[:, row:row + 1], self._positions[row],
+                       self._units[row], self._chunks[row], self._clocks[row])
+        return [(t, 2 if t.dim() == 4 else t.dim() - 1) for t in tensors]
+
+    def _move(self, views: list[tuple[torch.Tensor, int]], slots: torch.Tensor, block: int) -> None:
+        """Slot ``slots[j]`` to slot ``j`` in ``views`` (slots ascending, slots[j] >= j), front to
+        back, so that nothing is read after it has been written over.
+
+        Kept slots mostly come in runs of consecutive slots (FIFO: the prefix and the newest tail;
+        uniform and H2SVC: whole units). A run moves by plain slice copies, with no index and no
+        temporary, in pieces no longer than the distance it moves, so that a piece's source and
+        destination never overlap (an overlapping copy_ is undefined). Slots in runs too short, or
+        moving too little, for that go by index_select, a block at a time (docs/performance.md,
+        "FIFO's compression without the copy")."""
+        n = int(slots.numel())
+        if n == 0:
+            return
+        starts = torch.cat((slots.new_zeros(1), torch.nonzero(slots[1:] != slots[:-1] + 1).flatten() + 1))
+        lengths = torch.diff(starts, append=starts.new_tensor([n]))
+        shifts = slots[starts] - starts
+        sliced = (shifts == 0) | (torch.minimum(lengths, shifts) >= MIN_RUN)
+        done = 0  # the slots before this one are in place
+        for start, length, shift in torch.stack((starts, lengths, shifts))[:, sliced].t().tolist():
+            self._take(views, slots, done, start, block)
+            done = start + length
+            for piece in range(start, done, shift) if shift else ():
+                size = min(shift, done - piece)
+                for tensor, axis in views:
+                    tensor.narrow(axis, piece, size).copy_(tensor.narrow(axis, piece + shift, size))
+        self._take(views, slots, done, n, block)
+
+    @staticmethod
+    def _take(views: list[tuple[torch.Tensor, int]], slots: torch.Tensor, begin: int, end: int,
+              block: int) -> None:
+        """Slots ``begin`` .. ``end`` by index_select, a block at a time: a block reads only slots
+        at or after its own first one, which no earlier block has written."""
+        for start in range(begin, end, block):
+            stop = min(end, start + block)
+            take = slots[start:stop]
+            if bool((take == torch.arange(start, stop, device=take.device)).all()):
+                continue  # already in place (the prefix, a window's start)
+            for tensor, axis in views:
+                tensor.narrow(axis, start, stop - start).copy_(tensor.index_select(axis, take))
 
     def reindex(self, rotary: RotarySpec, renumber: Renumber, rows: torch.Tensor | None = None,
                 clocks: list[int] | None = None) -> None:
