@@ -209,11 +209,14 @@ def bank_fractions(ratios) -> tuple[float, float, float]:
 
 def run_stream(adapter, seed: int, length: int, head_map_path: str, shuffled_path: str, per_kind: int,
                policies: tuple[str, ...], fraction: float, windows: int,
-               variants: tuple[Variant, ...] = ()) -> tuple[list[dict], dict]:
+               variants: tuple[Variant, ...] = (), budget: int = 0) -> tuple[list[dict], dict]:
+    """One stream through every session; ``budget``: video tokens per layer every bounded policy
+    holds (0: ``fraction`` of the full cache at 512 frames)."""
     stream = world.make_stream(seed, length, question_points=[length])
     g = accuracy.geometry_for(adapter, stream.look, head_map_path)
     full_longest = g.prefix + math.ceil(max(accuracy.LENGTHS) / g.frames_per_unit) * g.tokens_per_unit
-    knobs = {p: accuracy.policy_knobs(p, fraction * full_longest, g) for p in policies if p != "full"}
+    target = g.prefix + budget if budget else fraction * full_longest
+    knobs = {p: accuracy.policy_knobs(p, target, g) for p in policies if p != "full"}
     sessions = {"full": accuracy.make_session(adapter, "full", {})}
     for policy in policies:
         if policy != "full":
@@ -221,8 +224,8 @@ def run_stream(adapter, seed: int, length: int, head_map_path: str, shuffled_pat
     if "h2svc" in sessions and shuffled_path:
         sessions[SHUFFLED] = accuracy.make_session(adapter, "h2svc", knobs["h2svc"], shuffled_path)
     for v in variants:
-        base = accuracy.policy_knobs(v.policy, fraction * full_longest, g)
-        knobs[v.name] = v.knobs(base, fraction * full_longest, g)
+        base = accuracy.policy_knobs(v.policy, target, g)
+        knobs[v.name] = v.knobs(base, target, g)
         sessions[v.name] = accuracy.make_session(adapter, v.policy, knobs[v.name], head_map_path)
     for i in range(length):
         rgb = stream.frame(i)
@@ -243,7 +246,7 @@ def run_stream(adapter, seed: int, length: int, head_map_path: str, shuffled_pat
         truth_units = sorted({held["full"].unit_of[f] for f in truth_frames if f in held["full"].unit_of})
         base = {"seed": seed, "length": length, "kind": q.kind, "question": q.text, "truth": q.answer_index,
                 "truth_frames": truth_frames, "evidence_age": (length - 1 - max(truth_frames)) if truth_frames else None,
-                "window_frames": accuracy.window_frames(fraction * full_longest, g)}
+                "window_frames": accuracy.window_frames(target, g)}
         oracle = {}
         if truth_units:
             oracle["oracle_exact"] = score_on(sessions["full"], q, truth_units) == q.answer_index
@@ -315,7 +318,7 @@ def summarise(records: list[dict]) -> dict:
             groups[(r["policy"], r["kind"])].append(r)
     out = {}
     for (policy, subset), rows in sorted(groups.items()):
-        cell = {"n": len(rows)}
+        cell = {"n": len(rows), "kv_kib": float(np.mean([r["kv_bytes"] for r in rows])) / 1024}
         for column in COLUMNS:
             values = [float(r[column]) for r in rows if r.get(column) is not None]
             if values:
@@ -357,13 +360,13 @@ def print_tables(summary: dict, keeps: dict, names: list[str], length: int) -> N
             cell = summary.get(f"{name}|{subset}")
             if not cell:
                 continue
-            row = {"policy": name, "n": cell["n"]}
+            row = {"policy": name, "n": cell["n"], "kv_kib": f"{cell['kv_kib']:.0f}"}
             for column in COLUMNS:
                 c = cell.get(column)
                 row[column] = f"{c['mean']:.2f}" if c else ""
             rows.append(row)
         print(f"\n{length} frames, {subset} option questions")
-        print(table(rows, [("policy", "policy"), ("n", "n"), ("correct", "own"), ("choice_on_full", "its frames on full"),
+        print(table(rows, [("policy", "policy"), ("n", "n"), ("kv_kib", "KV KiB"), ("correct", "own"), ("choice_on_full", "its frames on full"),
                            ("oracle_exact", "oracle exact"), ("oracle_fill", "oracle fill"),
                            ("truth_whole", "truth whole"), ("truth_touched", "truth held"),
                            ("without_summary", "no summary")]))
@@ -396,7 +399,10 @@ def main(argv=None) -> int:
                              "longer ones: its long seeds)")
     parser.add_argument("--per-kind", type=int, default=3)
     parser.add_argument("--windows", type=int, default=4, help="8-frame windows per stream (hard negatives)")
-    parser.add_argument("--fraction", type=float, default=1 / 8)
+    parser.add_argument("--fraction", type=float, default=1 / 8,
+                        help="bounded bytes / the full cache's at 512 frames (the accuracy benchmark's equal bytes)")
+    parser.add_argument("--budget", type=int, default=0,
+                        help="instead of --fraction: video tokens per layer (the node's budget_tokens) for every bounded policy")
     parser.add_argument("--policies", nargs="+", default=["full", "fifo", "uniform", "hermes", "h2svc"])
     parser.add_argument("--no-shuffled", action="store_true", help="no H2SVC with a shuffled head map")
     parser.add_argument("--variant", action="append", default=[], type=Variant.parse,
@@ -418,7 +424,7 @@ def main(argv=None) -> int:
     records, streams, started = [], [], time.perf_counter()
     for i in range(args.streams):
         rows, info = run_stream(adapter, first + i, args.length, head_map_path, shuffled, args.per_kind, policies,
-                                args.fraction, args.windows, tuple(args.variant))
+                                args.fraction, args.windows, tuple(args.variant), args.budget)
         records += rows
         streams.append(info)
         print(f"  stream {i + 1}/{args.streams}: {time.perf_counter() - started:.0f} s", flush=True)
@@ -427,6 +433,7 @@ def main(argv=None) -> int:
     print_tables(summary, keeps, names, args.length)
     name = args.name or f"policy_diagnosis-{folder.name}-{args.length}"
     path = write_json(name, {"model": folder.name, "length": args.length, "fraction": args.fraction,
+                             "budget_tokens": args.budget, "variants": [dataclasses.asdict(v) for v in args.variant],
                              "streams": args.streams, "seconds": round(time.perf_counter() - started),
                              "summary": summary, "keeps": keeps, "stream_knobs": [s["knobs"] for s in streams],
                              "records": records}, args.out)
