@@ -267,9 +267,9 @@ def watch_phases(adapter, policy, memory: Memory, record: dict) -> None:
             record["prefill_peak"], record["prefill_cpu"] = memory.peak(), time.process_time() - record["prefill_cpu"]
             record["compress_start"], record["compress_cpu"] = memory.start(), time.process_time()
 
-    def asked(history):
+    def asked(history, context=None):
         prefill_done()
-        return guidance_request(history)
+        return guidance_request(history, context)
 
     def compressed(context):
         prefill_done()

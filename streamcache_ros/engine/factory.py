@@ -113,11 +113,14 @@ def check_position_range(adapter: ModelAdapter, policy: CachePolicy, config: Ses
         middle = (low + high + 1) // 2
         low, high = (middle, high) if policy.kept_positions(middle, shape) <= room else (low, middle - 1)
     mrope = adapter.traits.rope_layout == "mrope"
-    kept_text = (f"{value} units ({kept}: {shape.unit_positions} a unit)" if setting != "budget_tokens" else
-                 f"the budget ({kept}: in whole chunks by the chunk-start rule)" if mrope else
-                 f"the budget ({kept}: one a token)")
+    instant = policy.instant_frames
+    window = f" and the instant window of {instant} frames" if instant else ""
+    kept_text = (f"{value} units{window} ({kept}: {shape.unit_positions} a unit)" if setting != "budget_tokens" else
+                 f"the budget{window} ({kept}: in whole chunks by the chunk-start rule)" if mrope else
+                 f"the budget{window} ({kept}: one a token)")
     chunk_text = f"{shape.chunk_positions}: " + ("its largest t/h/w extent" if mrope else "one a token")
-    advice = f"use {parameter} <= {low}" if low >= 1 else "lower chunk_frames, max_question_tokens or max_new_tokens"
+    advice = (f"use {parameter} <= {low}" if low >= 1 else
+              f"lower {'instant_frames, ' if instant else ''}chunk_frames, max_question_tokens or max_new_tokens")
     raise ConfigError(parameter, f"{value} does not fit {adapter.model_id}'s position range: the system prompt "
                                  f"({prefix}) + {kept_text} + one chunk of {config.chunk_frames} frames of "
                                  f"{REFERENCE_FRAME[1]}x{REFERENCE_FRAME[0]} ({chunk_text}) + the largest question "

@@ -70,8 +70,9 @@ class ChunkPipeline:
         compress_error = None
         try:
             failpoints.hit("compress", chunk=self.attempts)
-            outcome = self.policy.after_chunk(ChunkContext(chunk_id, guidance=self._guidance(history),
-                                                           unit_frames=unit_frames))
+            context = ChunkContext(chunk_id, unit_frames=unit_frames)
+            context.guidance = self._guidance(history, context)
+            outcome = self.policy.after_chunk(context)
         except Exception as err:  # noqa: BLE001 - raised below, once the chunk is booked
             compress_error, outcome = err, ChunkOutcome()
             release_device_memory(err)
@@ -185,11 +186,12 @@ class ChunkPipeline:
         self.last_key = chunk_key([unit_keys(torch.cat([k for k, _ in parts], dim=2), torch.cat([u for _, u in parts]))
                                    for parts in seen.values()]) if seen else None
 
-    def _guidance(self, history: list[Exchange]):
-        """The guidance q/k the policy asks for before compressing (None: it asks for none)."""
+    def _guidance(self, history: list[Exchange], context: ChunkContext):
+        """The guidance q/k the policy asks for before compressing ``context``'s chunk (None: it
+        asks for none)."""
         if not self.policy.needs_guidance:
             return None
-        request = self.policy.guidance_request(list(history))
+        request = self.policy.guidance_request(list(history), context)
         return self.guidance.compute(request, self.policy) if request is not None else None
 
     def _failed(self, message: str) -> None:

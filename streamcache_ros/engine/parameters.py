@@ -72,6 +72,10 @@ ENGINE_PARAMETERS: dict[str, ParameterInfo] = {
                                        "camera in memory keeps its share; one that needs less leaves the rest to the "
                                        "others) | shared (one budget for all: a busy camera pushes a quiet one's "
                                        "history out)", choices=("equal", "shared")),
+    # the newest frames of each camera kept whole beside a bounded policy's past (cache/instant.py)
+    "instant_frames": _P(0, "The newest this many frames of each camera are kept whole (every layer, every KV head) "
+                            "beside what a bounded policy keeps of the past, on top of its bound (budget_tokens; "
+                            "h2svc: its banks); 0 = off (docs/architecture.md \"The instant window\")", 0, None),
     "sample_fps": _P(1.0, "Frames per second taken into memory from each camera, by message stamp", 0.001, 1000.0,
                      runtime=True),
     "chunk_frames": _P(8, "Frames per camera encoded and prefilled together", 1, 4096),

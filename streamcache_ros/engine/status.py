@@ -50,6 +50,7 @@ class CacheSummary:
     kv_tokens: int = 0  # all layers (or heads) summed
     kv_bytes: int = 0  # bytes the cache tensors hold
     budget_tokens: int = 0  # 0: the policy takes none
+    instant_tokens: int = 0  # the instant window's video tokens in a layer, held beside the budget
     units: list[int] = field(default_factory=list)  # video units with a token held anywhere, ascending
     max_position: float = -1.0
     reindex_events: int = 0

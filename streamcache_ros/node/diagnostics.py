@@ -233,7 +233,8 @@ class EngineTasks:
         v = self.view()
         m, cache, device = v.status, v.status.cache, v.status.device_memory
         layers = list(cache.layer_tokens)
-        video_max = max(layers) - m.prefix_tokens if layers else 0
+        # the instant window's tokens are held beside the budget (docs/architecture.md "The instant window")
+        video_max = max(layers) - m.prefix_tokens - cache.instant_tokens if layers else 0
         if m.ingest_stopped:  # the memory reached the model's position range: no frame is taken in
             stat.summary(ERROR, m.ingest_stopped)
         elif m.chunks_failed_in_a_row >= FAILING_CHUNKS:

@@ -38,6 +38,7 @@ BUILT_FROM = {
                                      "reindex_margin"),
     "the cameras are set up with it": ("camera_topics", "frame_queue_size", "max_image_pixels"),
     "the memory snapshot rules are read with it": ("memory_snapshot_path", "memory_snapshot_period_s", "snapshot_dir"),
+    "the cache policy is built with it": ("camera_budget_share", "instant_frames"),
 }
 HOW = ("change it with a lifecycle reconfigure (ros2 lifecycle set <node> deactivate, then cleanup; ros2 param set; "
        "then configure, activate: the memory starts again from memory_snapshot_path, or empty) or restart the node "

@@ -176,6 +176,7 @@ class CacheStats:
     kv_tokens: int = 0  # all layers (or heads) summed
     kv_bytes: int = 0  # bytes the cache tensors hold
     budget_tokens: int = 0  # 0: the policy takes none
+    instant_tokens: int = 0  # the instant window's video tokens in a layer, held beside the budget (instant.py)
     units: list[int] = field(default_factory=list)  # video units with a token held anywhere, ascending
     max_position: float = -1.0
     reindex_events: int = 0
@@ -239,6 +240,11 @@ class CachePolicy(abc.ABC):
         """The token budget (0: the policy takes none)."""
         return int(getattr(self.settings, "budget_tokens", 0))
 
+    @property
+    def instant_frames(self) -> int:
+        """The newest frames of each camera kept whole beside the bound (0: none; instant.py)."""
+        return int(getattr(self.settings, "instant_frames", 0))
+
     # -- what a policy decides --------------------------------------------------------------------
     @abc.abstractmethod
     def new_storage(self) -> CacheStorage:
@@ -266,9 +272,10 @@ class CachePolicy(abc.ABC):
         positions inside the model's range (re-indexing if need be); raises
         positions.PositionRangeError where even a re-index leaves too little room."""
 
-    def guidance_request(self, history: list) -> GuidanceRequest | None:
+    def guidance_request(self, history: list, context: ChunkContext | None = None) -> GuidanceRequest | None:
         """What guidance the coming ``after_chunk`` needs (None: none). ``history``: past exchanges
-        (question, answer, options), oldest first."""
+        (question, answer, options), oldest first; ``context``: the chunk's, as ``after_chunk`` will
+        get it (without its guidance), where the caller has it."""
         return None
 
     def video_stored(self, new: NewTokens) -> None:
@@ -310,8 +317,12 @@ class CachePolicy(abc.ABC):
         self.settings = dataclasses.replace(self.settings, budget_tokens=int(budget_tokens))
 
     def config_dict(self) -> dict[str, Any]:
-        """Parameters that make two caches comparable (checked when a snapshot is loaded)."""
-        return self.settings.as_dict()
+        """Parameters that make two caches comparable (checked when a snapshot is loaded). An
+        instant window that is off is left out, so that snapshots made before it existed load."""
+        config = self.settings.as_dict()
+        if config.get("instant_frames") == 0:
+            del config["instant_frames"]
+        return config
 
     # -- forward pass ---------------------------------------------------------------------------
     def append(self, layer: int, k: torch.Tensor, v: torch.Tensor, new: NewTokens) -> None:

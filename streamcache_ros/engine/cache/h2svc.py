@@ -29,6 +29,7 @@ import torch
 from .attention import cached_attention, head_rows_attention
 from .base import CacheGeometry, CachePolicy, CacheStats, ChunkContext, ChunkOutcome, ChunkShape, NewTokens
 from .clocks import NO_CLOCK, camera_share_setting, newest_units, stored_clock
+from .instant import instant_setting
 from .positions import ReindexSettings, renumber
 from .rope import apply_rotary
 from .rows import QueryRows, combine
@@ -57,8 +58,11 @@ class H2svcSettings(ReindexSettings):
     unit_by_unit: bool = setting(True, "Prefill one stream unit per forward (frame-by-frame arrival); false = a "
                                        "chunk per forward")
     camera_budget_share: str = camera_share_setting()
+    instant_frames: int = instant_setting()
 
     def validate(self) -> None:
+        if self.instant_frames:
+            raise SettingError("instant_frames", "is not taken by h2svc yet: its banks keep their own windows; use 0")
         if self.w_s < 1 or self.w_w < 1:
             raise SettingError("w_s", f"and w_w must be >= 1 unit, got {self.w_s} and {self.w_w}")
         if self.n_e < 2:

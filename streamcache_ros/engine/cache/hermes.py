@@ -13,6 +13,10 @@ The mid-layer schedule and where the reference rounds the guidance attention dif
 family: the adapter's ``FamilyTraits`` presets fill them in. Modes (docs/hermes.md): ``mrope_rotation``
 per_layer (default; fixes D1) | layer0 (reference); ``mrope_reindex`` shift (default) | dense_rank
 (reference, D5); ``guidance_queries`` embedding (reference, D3, default) | hidden.
+
+With ``instant_frames`` the instant window's tokens are taken out of every layer while HERMES
+decides (instant.py, ``LayerwisePolicy.instant_aside``): the budget, the scores, the guidance and
+the summary token are those of the past alone, as if the window's frames had not come yet.
 """
 from __future__ import annotations
 
@@ -26,6 +30,7 @@ from .hermes_rules import (DEEP, GLOBAL_PROMPT, LOCAL_PROMPT, MID, ROLE_PROMPT, 
                            guidance_prompts, keep_indices, layer_budget, layer_roles, layer_split, mid_progress,
                            pruned_indices, raw_scores, recency_norm, recency_weight_and_rate, sanitize_keep,
                            smooth_scores, summary_token)
+from .instant import instant_setting
 from .layerwise import LayerwisePolicy, LayerwiseSettings, budget_setting
 from .rope import apply_rotary
 from .settings import SettingError, setting
@@ -38,6 +43,7 @@ UNIT_RANGE = {"low": 0.0, "high": 1.0}
 class HermesSettings(LayerwiseSettings):
     budget_tokens: int = budget_setting()
     camera_budget_share: str = camera_share_setting()
+    instant_frames: int = instant_setting()
     mrope_rotation: str = setting("per_layer", "M-RoPE models: per_layer (each layer's keys rotated at its own "
                                                "positions; fixes D1) | layer0 (the reference: at layer 0's)",
                                   choices=("per_layer", "layer0"), aliases=("qwen_rope",))
@@ -120,11 +126,16 @@ class HermesPolicy(LayerwisePolicy):
         return self.geometry.rotary.text_positions(store.next_offset(clock), count, store.positions.device)
 
     # -- compression ----------------------------------------------------------------------------
-    def guidance_request(self, history: list) -> GuidanceRequest | None:
+    def guidance_request(self, history: list, context: ChunkContext | None = None) -> GuidanceRequest | None:
         """§5: the prompts whose attention the next compression reads, and the layers reading each.
-        None when nothing will be pruned (D15) or no layer reads attention (ω = 1 everywhere, D2)."""
-        if len(self.layers[0]) <= self.budget_tokens or self._nothing_pruned(self.prefix_len()):
-            return None
+        None when nothing will be pruned (D15) or no layer reads attention (ω = 1 everywhere, D2).
+        With an instant window, decided on the past alone, as the compression will be: ``context``
+        gives the new units' frames (a unit no context named counts one frame)."""
+        if context is not None:
+            self.window.record(context.unit_frames)
+        with self.instant_aside():
+            if len(self.layers[0]) <= self.budget_tokens or self._nothing_pruned(self.prefix_len()):
+                return None
         return self.guidance_for(history)
 
     def guidance_for(self, history: list) -> GuidanceRequest | None:
@@ -143,16 +154,27 @@ class HermesPolicy(LayerwisePolicy):
     def compress(self, context: ChunkContext) -> ChunkOutcome:
         outcome = ChunkOutcome(details={"summary_tokens": 0, "guidance_passes": 0})
         reindex_events = self.reindex_events
-        if len(self.layers[0]) > self.budget_tokens:  # §2: layer 0's length, prefix included
-            # §10: the re-index decision is taken once, on the positions before the shrink
-            compact = self.due_clocks(self.shrinking_clocks())  # (every camera's clock decides for itself)
-            keep = self.select(context.guidance, outcome)
-            self.shrink(keep, compact, outcome)
-        elif self.max_position() > self.rule.threshold:
+        self.window.record(context.unit_frames)
+        with self.instant_aside() as aside:
+            pruning = len(self.layers[0]) > self.budget_tokens  # §2: layer 0's length, prefix included
+            if pruning:
+                # §10: the re-index decision is taken once, on the positions before the shrink
+                changed = self.shrinking_clocks()
+                compact = [] if aside else self.due_clocks(changed)  # (every camera's clock decides for itself)
+                keep = self.select(context.guidance, outcome)
+                self.shrink(keep, compact, outcome)
+        if pruning and aside:
+            # with the instant window back, so that a re-index renumbers it with the past (the
+            # lazy decision reads the positions after the shrink: the window still holds the largest)
+            due = self.due_clocks(changed)
+            if due:
+                self.reindex(clocks=due)
+        elif not pruning and self.max_position() > self.rule.threshold:
             # positions still have to stay in range (not reached with the defaults)
             self.reindex(clocks=[c for c in self.clock_ids() if self.max_position(c) > self.rule.threshold])
         outcome.reindexed = self.reindex_events > reindex_events
         self.arriving = None
+        self.window.forget(self.layers[0].units)
         return outcome
 
     def slots(self, prefix_len: int) -> list[int]:

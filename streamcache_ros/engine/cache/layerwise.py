@@ -3,6 +3,7 @@ tokens (``LayerStorage``: one store per layer, positions per layer); ``evict`` d
 layer keeps."""
 from __future__ import annotations
 
+import contextlib
 import functools
 from dataclasses import dataclass
 from typing import Any
@@ -12,6 +13,7 @@ import torch
 from .attention import cached_attention
 from .base import CachePolicy, CacheStats, ChunkContext, ChunkOutcome, ChunkShape, NewTokens
 from .clocks import clocks_held, stored_clock
+from .instant import InstantWindow
 from .positions import MROPE_MODES, ReindexSettings, renumber
 from .rope import apply_rotary
 from .rows import QueryRows
@@ -52,6 +54,7 @@ class LayerwisePolicy(CachePolicy):
         self.rule = self.settings.reindex_rule(self.geometry.max_position_embeddings)
         self.dense_fallbacks = 0  # shift re-indexes that did not fit under the threshold and were ranked densely
         self.arriving: int | None = None  # the clock of the chunk being stored (until it is compressed)
+        self.window = InstantWindow(self.instant_frames)
 
     def attend(self, layer, q, k, v, new, key_filter=None):
         cos, sin = self.store(layer, k, v, new)
@@ -74,6 +77,7 @@ class LayerwisePolicy(CachePolicy):
         return positions
 
     def compress(self, context: ChunkContext) -> ChunkOutcome:
+        self.window.record(context.unit_frames)
         before = self.clock_counts()
         outcome = self.evict(context)
         due = self.due_clocks(self.changed_clocks(before))
@@ -81,11 +85,48 @@ class LayerwisePolicy(CachePolicy):
             self.reindex(clocks=due)
             outcome.reindexed = True
         self.arriving = None
+        self.window.forget(self.layers[0].units)
         return outcome
 
     def evict(self, context: ChunkContext) -> ChunkOutcome:
-        """Select what each layer keeps. The baseline ``full`` keeps everything."""
+        """Select what each layer keeps, leaving ``instant_units`` whole. The baseline ``full``
+        keeps everything."""
         return ChunkOutcome()
+
+    # -- the instant window (instant.py) ------------------------------------------------------------
+    def instant_units(self) -> torch.Tensor:
+        """The units in the instant window (ascending; empty when it is off). Every layer holds
+        them whole, so layer 0 says which they are."""
+        store = self.layers[0]
+        return self.window.units(store.units, store.clocks)
+
+    @contextlib.contextmanager
+    def instant_aside(self):
+        """Take the instant window's tokens out of every layer while the policy decides on the
+        past, and put them back after, at their positions, rotated as they were; yields whether
+        any were taken. Back at the end of each layer, so each camera's tokens stay in arrival
+        order (HERMES scores each camera on its own, so no order between cameras is read)."""
+        instant = self.instant_units()
+        if not instant.numel():
+            yield False
+            return
+        aside = []
+        for store in self.layers:
+            mine = torch.isin(store.units, instant.to(store.units.device))
+            aside.append(store.select(torch.nonzero(mine).flatten()))
+            store.keep(torch.nonzero(~mine).flatten())
+        try:
+            yield True
+        finally:
+            for store, side in zip(self.layers, aside):
+                clocks = side.clocks.tolist()
+                start = 0
+                for end in range(1, len(clocks) + 1):  # a run of one clock at a time: append takes one
+                    if end == len(clocks) or clocks[end] != clocks[start]:
+                        store.append(side.keys[:, :, start:end], side.values[:, :, start:end],
+                                     side.positions[:, start:end], side.units[start:end], side.chunks[start:end],
+                                     clocks[start])
+                        start = end
 
     def prefix_len(self) -> int:
         return int((self.layers[0].units == PREFIX_UNIT).sum().item())
@@ -150,7 +191,9 @@ class LayerwisePolicy(CachePolicy):
         # 1D renumbers the kept tokens 0..n-1: one position each. M-RoPE shifts each kept chunk back
         # to back, keeping its extent: a budget in whole chunks (and a partial one) by the
         # chunk-start rule, never more than one position per token (a shift that would take more
-        # ranks densely, positions.renumber)
+        # ranks densely, positions.renumber). The instant window's tokens come on top, a unit per
+        # frame at most (a partial chunk may end in a unit of one frame)
+        value += self.instant_frames * shape.unit_tokens
         chunks = -(-value // shape.chunk_tokens) + 1
         return min(value, chunks * shape.chunk_positions)
 
@@ -176,11 +219,17 @@ class LayerwisePolicy(CachePolicy):
     def stats(self) -> CacheStats:
         stats = super().stats()
         stats.extra = {"dense_fallbacks": self.dense_fallbacks, **stats.extra}
+        if self.window:
+            stats.instant_tokens = int(torch.isin(self.layers[0].units, self.instant_units()).sum())
         return stats
 
     def state_dict(self) -> dict[str, Any]:
-        return {**super().state_dict(), "dense_fallbacks": self.dense_fallbacks}
+        state = {**super().state_dict(), "dense_fallbacks": self.dense_fallbacks}
+        if self.window:
+            state["instant_unit_frames"] = self.window.state()
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         super().load_state_dict(state)
         self.dense_fallbacks = int(state.get("dense_fallbacks", 0))
+        self.window.load(state.get("instant_unit_frames"))

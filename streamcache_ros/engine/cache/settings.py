@@ -162,7 +162,7 @@ class PolicySettings:
 
 
 # the general parameters a policy's settings may take (scopes ``general`` and ``inherited``)
-GENERAL_NAMES = ("budget_tokens", "camera_budget_share", "reindex", "reindex_margin")
+GENERAL_NAMES = ("budget_tokens", "camera_budget_share", "instant_frames", "reindex", "reindex_margin")
 
 
 def resolve_aliases(params: dict[str, Any], table: Mapping[str, tuple[str, Any]],

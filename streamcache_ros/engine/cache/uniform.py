@@ -8,7 +8,8 @@ oldest and the newest unit are always kept, so what stays covers the whole strea
 layer keeps the same units, and the system prefix is kept on top of the budget. With several
 cameras and ``camera_budget_share: equal`` each camera's units are spread over its own fair share of
 the budget (clocks.fair_shares), evenly over that camera's own stream (its units counted as they
-arrived), as they would be were the camera alone.
+arrived), as they would be were the camera alone. With ``instant_frames`` the instant window's units
+stay whole beside the spread, which is taken over the units older than them (instant.py).
 """
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ import torch
 
 from .base import ChunkContext, ChunkOutcome
 from .clocks import camera_share_setting, fair_shares
+from .instant import instant_setting
 from .layerwise import LayerwisePolicy, LayerwiseSettings, budget_setting
 
 
@@ -27,6 +29,7 @@ from .layerwise import LayerwisePolicy, LayerwiseSettings, budget_setting
 class UniformSettings(LayerwiseSettings):
     budget_tokens: int = budget_setting()
     camera_budget_share: str = camera_share_setting()
+    instant_frames: int = instant_setting()
 
 
 def spread(units: list[int], count: int) -> list[int]:
@@ -100,7 +103,11 @@ class UniformCachePolicy(LayerwisePolicy):
 
     def _evict(self) -> ChunkOutcome:
         units_of_tokens = self.layers[0].units
-        held, counts = torch.unique(units_of_tokens[units_of_tokens >= 0], return_counts=True)  # ascending
+        instant = self.instant_units()
+        past = units_of_tokens >= 0
+        if instant.numel():  # numbered with the others as they arrived (times), spread only once past
+            past = past & ~torch.isin(units_of_tokens, instant)
+        held, counts = torch.unique(units_of_tokens[past], return_counts=True)  # ascending
         total, budget = int(counts.sum()), self.budget_tokens
         if total <= budget:
             return ChunkOutcome()
@@ -110,11 +117,10 @@ class UniformCachePolicy(LayerwisePolicy):
             keep = spread_within(units, tokens, budget)
         else:  # each camera's units spread over its share of the budget
             clocks = self.layers[0].clocks
-            lane_units = {c: torch.unique(units_of_tokens[(units_of_tokens >= 0) & (clocks == c)]).tolist()
-                          for c in lanes}
+            lane_units = {c: torch.unique(units_of_tokens[past & (clocks == c)]).tolist() for c in lanes}
             shares = fair_shares({c: sum(tokens[u] for u in mine) for c, mine in lane_units.items()}, budget)
             keep = [u for c in lanes for u in spread_within(lane_units[c], tokens, shares[c], self.times)]
-        kept = torch.tensor(keep, dtype=torch.long)
+        kept = torch.tensor(keep + instant.tolist(), dtype=torch.long)
         evicted = 0
         for store in self.layers:
             stays = (store.units < 0) | torch.isin(store.units, kept.to(store.units.device))
