@@ -178,8 +178,9 @@ class Variant:
         the proportions W_s : W_w : N_e (default 4 : 16 : 64) the bytes are shared out by."""
         settings = dict(self.settings)
         shares = settings.pop("bank_shares", None)
-        if shares is not None and self.policy == "h2svc":
-            base = h2svc_knobs(target_tokens, g, shares, settings.get("ratios"))
+        if self.policy == "h2svc" and (shares is not None or "ratios" in settings):
+            # other banks hold other bytes: the windows made again so the mean over heads is the same
+            base = h2svc_knobs(target_tokens, g, shares or (4, 16, 64), settings.get("ratios"))
         return {**base, **settings}
 
 
