@@ -13,12 +13,12 @@ from streamcache_ros.engine.cache.sap import HeadMap
 from streamcache_ros.engine.errors import ConfigError, SnapshotError
 from streamcache_ros.engine.factory import build_session
 
-from conftest import family_traits, states_equal
+from conftest import family_traits, policy_for, states_equal
 
 D = 8
 LAYERS, KV_HEADS, GROUP = 4, 3, 2
 UNIT_TOKENS = 4  # a 2x2 grid
-BOUNDED = ["fifo", "uniform", "hermes"]
+BOUNDED = ["fifo", "uniform", "hermes", "h2svc"]
 # a bound that holds a few units: budget_tokens for the layer-managed policies, h2svc's windows
 BOUNDS = {"fifo": {"budget_tokens": 6 * UNIT_TOKENS}, "uniform": {"budget_tokens": 6 * UNIT_TOKENS},
           "hermes": {"budget_tokens": 6 * UNIT_TOKENS}, "h2svc": {"w_s": 2, "w_w": 4, "n_e": 6}}
@@ -225,6 +225,26 @@ def test_a_reindex_renumbers_the_window_with_the_past(reindex, tmp_path):
         assert store.next_offset(0) < 400  # the window's positions come down with the rest
 
 
+@pytest.mark.parametrize("share", ["equal", "shared"])
+def test_h2svc_banks_keep_their_windows_beside_it_and_stce_takes_a_unit_when_it_leaves(share, tmp_path):
+    feed = Feed("h2svc", tmp_path, "qwen2_5_vl", instant_frames=5, camera_budget_share=share)
+    policy = feed.policy
+    for i in range(30):
+        feed.chunk(3 + i % 3)
+        window = set(feed.newest(0, 5))  # 3 units: of 1 or 2 frames
+        older = sorted(u for u in feed.unit_camera if u not in window)
+        for layer in range(LAYERS):
+            for group in policy.groups[layer]:
+                held = {u for u in group.store.units[0].tolist() if u >= 0}
+                if group.bank == 2:  # episodic: its trajectory and the window
+                    trajectory = set(policy.trajectory.frames(int(policy.trajectory_rows[(layer, 2)][0])))
+                    assert not trajectory & window  # STCE never held (so never evicted) a unit of the window
+                    assert held == trajectory | window
+                else:  # FIFO: its window of the older units, and the window
+                    assert held == set(older[-policy.windows[group.bank]:]) | window
+    assert policy.trajectory.evictions > 0 and len(policy.trajectory.frames(0)) == BOUNDS["h2svc"]["n_e"]
+
+
 @pytest.mark.parametrize("name", BOUNDED)
 def test_a_negative_window_is_refused_with_its_name(name, tmp_path):
     settings = {"head_map": head_map(tmp_path)} if name == "h2svc" else {}
@@ -259,9 +279,14 @@ def test_the_position_range_counts_the_window():
         build_session({**tiny, "instant_frames": 32})
 
 
-def test_a_session_answers_with_the_window_on_and_its_snapshots_keep_it(qwen_adapter, frames, tmp_path):
-    session = Session(qwen_adapter, make_policy("hermes", budget_tokens=48, instant_frames=4),
-                      SessionConfig(chunk_frames=3))
+@pytest.mark.parametrize("name", ["hermes", "h2svc"])
+def test_a_session_answers_with_the_window_on_and_its_snapshots_keep_it(name, qwen_adapter, frames, tmp_path):
+    bound = {"budget_tokens": 48} if name == "hermes" else {"w_s": 1, "w_w": 2, "n_e": 3}
+
+    def policy(instant_frames):
+        return policy_for(qwen_adapter, name, instant_frames=instant_frames, **bound)
+
+    session = Session(qwen_adapter, policy(4), SessionConfig(chunk_frames=3))
     for i, frame in enumerate(frames(21)):
         session.add_frame(frame, stamp=float(i))
     units = session.policy.unit_tokens()
@@ -279,12 +304,14 @@ def test_a_session_answers_with_the_window_on_and_its_snapshots_keep_it(qwen_ada
     assert answer.answer_tokens >= 1
     path = str(tmp_path / "memory.pt")
     session.save(path)
-    again = Session(qwen_adapter, make_policy("hermes", budget_tokens=48, instant_frames=4),
-                    SessionConfig(chunk_frames=3))
+    again = Session(qwen_adapter, policy(4), SessionConfig(chunk_frames=3))
     again.load(path)
     assert states_equal(again.policy.state_dict(), session.policy.state_dict())
-    other = Session(qwen_adapter, make_policy("hermes", budget_tokens=48, instant_frames=2),
-                    SessionConfig(chunk_frames=3))
+    for i, frame in enumerate(frames(6, start=21)):  # both go on alike
+        session.add_frame(frame, stamp=21.0 + i)
+        again.add_frame(frame, stamp=21.0 + i)
+    assert states_equal(again.policy.state_dict(), session.policy.state_dict())
+    other = Session(qwen_adapter, policy(2), SessionConfig(chunk_frames=3))
     with pytest.raises(SnapshotError, match="instant_frames"):
         other.load(path)
 

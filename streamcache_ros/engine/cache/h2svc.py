@@ -16,6 +16,12 @@ Cameras (docs/h2svc.md "Cameras"): each camera's units are on its own position c
 ``camera_budget_share: equal`` each bank's capacity (W_s, W_w, N_e units) is shared out among the
 cameras held, each episodic head keeping one STCE trajectory per camera.
 
+The instant window (``instant_frames``, instant.py): every head keeps the window's units beside its
+bank's, and the window moves at the end of a chunk, once the chunk's frames are known: FIFO banks
+then keep their window of the units older than it, and a unit joins the episodic trajectories when
+it leaves it (so STCE never evicts a unit in the window). During a chunk a head sees what it held
+after the last one and the chunk so far.
+
 The head map is given: the factory finds and loads it (and says which parameter to set when there
 is none); the policy checks only that it has this model's shape.
 """
@@ -29,7 +35,7 @@ import torch
 from .attention import cached_attention, head_rows_attention
 from .base import CacheGeometry, CachePolicy, CacheStats, ChunkContext, ChunkOutcome, ChunkShape, NewTokens
 from .clocks import NO_CLOCK, camera_share_setting, newest_units, stored_clock
-from .instant import instant_setting
+from .instant import InstantWindow, instant_setting
 from .positions import ReindexSettings, renumber
 from .rope import apply_rotary
 from .rows import QueryRows, combine
@@ -61,8 +67,6 @@ class H2svcSettings(ReindexSettings):
     instant_frames: int = instant_setting()
 
     def validate(self) -> None:
-        if self.instant_frames:
-            raise SettingError("instant_frames", "is not taken by h2svc yet: its banks keep their own windows; use 0")
         if self.w_s < 1 or self.w_w < 1:
             raise SettingError("w_s", f"and w_w must be >= 1 unit, got {self.w_s} and {self.w_w}")
         if self.n_e < 2:
@@ -133,6 +137,9 @@ class H2svcPolicy(CachePolicy):
         self.dropped_units = 0  # FIFO drops, summed over heads
         self.evicted_age_sum = 0  # over every episodic head's evictions
         self.reindexed_heads = 0
+        self.window = InstantWindow(self.instant_frames)
+        self.instant = torch.empty(0, dtype=torch.long)  # the window's units, as of the last compression
+        self.awaiting: list[tuple[int, int]] = []  # (lane, unit) stored, not yet in the trajectories
 
     @property
     def trajectory(self) -> TrajectoryBank:
@@ -212,6 +219,12 @@ class H2svcPolicy(CachePolicy):
             pending = self._pending_units(layer, group)
             return None if pending is None else (units[:, :, None] == pending[:, None, :]).any(dim=-1)
         window = self.windows[group.bank]
+        if self.window:  # the window's units stay; it moves at the chunk's end (compress)
+            if arriving is not None:
+                return None
+            past = units[0].masked_fill(torch.isin(units[0], self.instant.to(units.device)), NO_UNIT)
+            lanes = group.store.clocks[0] if self.camera_shares else torch.zeros_like(past)
+            return ~newest_units(past, lanes, window)[None].expand_as(units)
         if self.camera_shares:
             return ~newest_units(units[0], group.store.clocks[0], window, arriving)[None].expand_as(units)
         return (units >= 0) & (units <= newest - window)
@@ -234,13 +247,21 @@ class H2svcPolicy(CachePolicy):
         they hold N_e + 1; several units (a chunked prefill) are taken one by one, in order."""
         units = new.units[new.units >= 0]
         for unit in torch.unique_consecutive(units).tolist():
-            if self.trajectories.heads:
-                for evicted in self.trajectories.insert(self.lane_of(new.clock), unit, self._frame_vectors(unit)):
-                    for row, gone in enumerate(evicted.tolist()):
-                        if gone >= 0:
-                            self.pending[row].append(gone)
-                            self.evicted_age_sum += unit - gone
+            if self.window:  # it joins the trajectories when it leaves the instant window (compress)
+                self.awaiting.append((self.lane_of(new.clock), unit))
+            else:
+                self._link(self.lane_of(new.clock), unit)
             self.newest_unit = max(self.newest_unit, unit)
+
+    def _link(self, lane: int, unit: int) -> None:
+        """§3.3 the episodic heads take ``unit`` into their trajectory on ``lane``; what they evict
+        is hidden until the chunk ends."""
+        if self.trajectories.heads:
+            for evicted in self.trajectories.insert(lane, unit, self._frame_vectors(unit)):
+                for row, gone in enumerate(evicted.tolist()):
+                    if gone >= 0:
+                        self.pending[row].append(gone)
+                        self.evicted_age_sum += unit - gone
 
     def _frame_vectors(self, unit: int) -> torch.Tensor:
         """[episodic heads, D] (or n_f·D for 'flatten'): §3.3 V̄ of the unit's Value vectors, fp32."""
@@ -256,7 +277,8 @@ class H2svcPolicy(CachePolicy):
         return torch.cat(parts)
 
     def compress(self, context: ChunkContext) -> ChunkOutcome:
-        evictions = sum(len(p) for p in self.pending)
+        out_of_order = self._move_window(context) if self.window else 0
+        evictions = sum(len(p) for p in self.pending) - out_of_order
         freed = self._remove_evicted()
         if self.settings.reindex == "eager":
             heads = self._reindex(lambda offsets: torch.ones_like(offsets, dtype=torch.bool))
@@ -269,6 +291,29 @@ class H2svcPolicy(CachePolicy):
         self.chunk_tokens = 0
         return ChunkOutcome(evicted_tokens=freed, reindexed=heads > 0,
                             details={"stce_evictions": evictions, "freed_tokens": freed, "reindexed_heads": heads})
+
+    def _move_window(self, context: ChunkContext) -> int:
+        """The instant window after the chunk; the units that left it join the trajectories, in
+        the order they came. Every head holds the window's units, so one row says which they are.
+        A trajectory takes its frames in order: on a lane that all cameras share, a unit that
+        leaves its camera's window after a newer one of another camera joined leaves the episodic
+        heads instead (a busy camera pushes a quiet one's history out, as ``shared`` does).
+        Returns how many episodic heads' evictions those are."""
+        self.window.record(context.unit_frames)
+        store = self.groups[0][0].store
+        self.instant = self.window.units(store.units[0], store.clocks[0]).cpu()
+        inside = set(self.instant.tolist())
+        dropped = 0
+        for lane, unit in sorted((entry for entry in self.awaiting if entry[1] not in inside), key=lambda e: e[1]):
+            bank = self.trajectories.banks.get(lane)
+            if bank is not None and bank.count and max(bank.frames(0)) > unit:
+                for gone in self.pending:
+                    gone.append(unit)
+                dropped += len(self.pending)
+            else:
+                self._link(lane, unit)
+        self.awaiting = [entry for entry in self.awaiting if entry[1] in inside]
+        return dropped
 
     def _remove_evicted(self) -> int:
         """Drop what FIFO windows and STCE evictions hid during the chunk; returns tokens freed."""
@@ -313,19 +358,26 @@ class H2svcPolicy(CachePolicy):
         return max(windows, key=windows.get)
 
     def kept_positions(self, value: int, shape: ChunkShape) -> int:
-        # §5: a head renumbers its units back to back, each keeping its own extent
-        return value * shape.unit_positions
+        # §5: a head renumbers its units back to back, each keeping its own extent; the instant
+        # window's come on top, a unit per frame at most (a partial chunk may end in a unit of one frame)
+        return (value + self.instant_frames) * shape.unit_positions
 
     # -- temporary tokens -------------------------------------------------------------------------
     def _arrivals(self) -> dict[str, Any]:
         """What the arrivals since the last compression changed (besides the trajectories)."""
-        return {"pending": [list(p) for p in self.pending], "newest_unit": self.newest_unit,
-                "evicted_age_sum": self.evicted_age_sum}
+        arrivals = {"pending": [list(p) for p in self.pending], "newest_unit": self.newest_unit,
+                    "evicted_age_sum": self.evicted_age_sum}
+        if self.window:
+            arrivals.update(awaiting=[list(entry) for entry in self.awaiting], instant=self.instant.tolist())
+        return arrivals
 
     def _restore_arrivals(self, saved: dict[str, Any]) -> None:
         self.pending = [list(p) for p in saved["pending"]]
         self.newest_unit = int(saved["newest_unit"])
         self.evicted_age_sum = int(saved["evicted_age_sum"])
+        if self.window:
+            self.awaiting = [(int(lane), int(unit)) for lane, unit in saved.get("awaiting", [])]
+            self.instant = torch.tensor(saved.get("instant", []), dtype=torch.long)
 
     def mark(self) -> dict[str, Any]:
         return {"lengths": super().mark(), "trajectory": self.trajectories.snapshot(), **self._arrivals()}
@@ -351,11 +403,17 @@ class H2svcPolicy(CachePolicy):
                        **stats.extra,
                        "reindexed_heads": self.reindexed_heads,
                        "head_map": self.settings.head_map_path}
+        if self.window:  # every head holds the window's units whole
+            units = self.groups[0][0].store.units[0]
+            stats.instant_tokens = int(torch.isin(units, self.instant.to(units.device)).sum())
         return stats
 
     def state_dict(self) -> dict[str, Any]:
-        return {**super().state_dict(), "trajectory": self.trajectories.state(), **self._arrivals(),
-                "dropped_units": self.dropped_units, "reindexed_heads": self.reindexed_heads}
+        state = {**super().state_dict(), "trajectory": self.trajectories.state(), **self._arrivals(),
+                 "dropped_units": self.dropped_units, "reindexed_heads": self.reindexed_heads}
+        if self.window:
+            state["instant_unit_frames"] = self.window.state()
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         super().load_state_dict(state)
@@ -363,5 +421,6 @@ class H2svcPolicy(CachePolicy):
         self.clocks_seen = {int(c) for store in self.storage.stores()
                             for c in torch.unique(store.clocks[store.units >= 0]).tolist()}
         self._restore_arrivals(state)
+        self.window.load(state.get("instant_unit_frames"))
         self.dropped_units = int(state["dropped_units"])
         self.reindexed_heads = int(state["reindexed_heads"])
