@@ -83,16 +83,20 @@ class Geometry:
     bank_fractions: tuple[float, float, float]  # H2SVC: share of KV heads per bank
 
 
-def policy_knobs(policy: str, target_tokens: float, g: Geometry) -> dict:
+def policy_knobs(policy: str, target_tokens: float, g: Geometry, instant_frames: int = 0) -> dict:
     """The policy's own parameters that make it hold ``target_tokens`` per layer (mean over KV heads
-    for h2svc) at steady state, prefix included."""
-    video = max(target_tokens - g.prefix, g.tokens_per_unit)
+    for h2svc) at steady state, prefix included. ``instant_frames``: with the instant window
+    (docs/architecture.md "The instant window") of that many frames, whose tokens every layer and
+    head holds beside the policy's bound: the bound is what is left of the target."""
     if policy == "full":
         return {}
+    window = math.ceil(instant_frames / g.frames_per_unit) * g.tokens_per_unit  # chunks of 8: whole units
+    video = max(target_tokens - g.prefix - window, g.tokens_per_unit)
+    instant = {"instant_frames": int(instant_frames)} if instant_frames else {}
     if policy in ("fifo", "uniform", "hermes"):
         # HERMES compresses when layer 0 passes its budget counting the prefix (docs/hermes.md §2) but
         # then keeps prefix + budget; a budget of video + prefix held 10% more bytes than fifo
-        return {"budget_tokens": int(round(video))}
+        return {"budget_tokens": int(round(video)), **instant}
     if policy == "h2svc":
         units = video / g.tokens_per_unit  # units per head, on average over the banks
         f_s, f_w, f_e = g.bank_fractions
@@ -100,8 +104,17 @@ def policy_knobs(policy: str, target_tokens: float, g: Geometry) -> dict:
         scale = units / (4 * f_s + 16 * f_w + 64 * f_e)
         w_s, w_w = max(1, round(4 * scale)), max(1, round(16 * scale))
         n_e = max(2, round((units - f_s * w_s - f_w * w_w) / f_e)) if f_e else 2
-        return {"w_s": w_s, "w_w": w_w, "n_e": n_e}
+        return {"w_s": w_s, "w_w": w_w, "n_e": n_e, **instant}
     raise ValueError(f"no knobs for policy '{policy}'")
+
+
+# knobs that are general parameters (the rest are "<policy>.<knob>")
+GENERAL_KNOBS = ("budget_tokens", "instant_frames")
+
+
+def knob_parameters(policy: str, knobs: dict) -> dict:
+    """``knobs`` as the node's parameters."""
+    return {(k if k in GENERAL_KNOBS else f"{policy}.{k}"): v for k, v in knobs.items()}
 
 
 def window_frames(target_tokens: float, g: Geometry) -> int:
@@ -158,7 +171,7 @@ def make_session(adapter, policy: str, knobs: dict, head_map_path: str = ""):
     from streamcache_ros.engine import Session, SessionConfig  # noqa: PLC0415
     from streamcache_ros.engine.factory import build_policy  # noqa: PLC0415
 
-    params = {"policy": policy, **{(k if k == "budget_tokens" else f"{policy}.{k}"): v for k, v in knobs.items()}}
+    params = {"policy": policy, **knob_parameters(policy, knobs)}
     if policy == "h2svc" and head_map_path:
         params["h2svc.head_map_path"] = head_map_path
     return Session(adapter, build_policy(adapter, policy, params), SessionConfig(chunk_frames=8))
@@ -168,14 +181,15 @@ def make_session(adapter, policy: str, knobs: dict, head_map_path: str = ""):
 def run_stream(adapter, seed: int, points: list[int], fractions: dict[str, float], head_map_path: str,
                per_kind: int, policies: tuple[str, ...], reference_fraction: float = 1 / 8,
                max_new_tokens: int = 0, kinds: tuple[str, ...] = SCORED_KINDS, windows: int = 0,
-               watch: bool = False, full_until: int = 0, longest: int = 0) -> list[dict]:
+               watch: bool = False, full_until: int = 0, longest: int = 0, instant_frames: int = 0) -> list[dict]:
     """One held-out stream of ``max(points)`` frames through one session per (policy, fraction);
     every question kind asked after each of ``points`` frames (last_seen / first_seen through the
     when search). One record per (session, question). The full cache's long-memory questions are
     those older than ``reference_fraction``'s window. ``windows``: that many windowed seen
     questions over 8-frame windows at each point; ``watch``: standing questions on every chunk;
     ``full_until``: stop feeding the full cache after that many frames (0: never; the hour runs);
-    ``longest``: the length the bytes are equalised at (default: the longest of LENGTHS)."""
+    ``longest``: the length the bytes are equalised at (default: the longest of LENGTHS);
+    ``instant_frames``: every bounded policy's instant window, within the same bytes."""
     length = max(points)
     stream = world.make_stream(seed, length, question_points=points)
     g = geometry_for(adapter, stream.look, head_map_path)
@@ -184,7 +198,7 @@ def run_stream(adapter, seed: int, points: list[int], fractions: dict[str, float
     for policy in policies:
         for label, fraction in (fractions.items() if policy != "full" else [("full", 1.0)]):
             target = fraction * full_longest
-            knobs = policy_knobs(policy, target, g)
+            knobs = policy_knobs(policy, target, g, instant_frames)
             window = window_frames((reference_fraction if policy == "full" else fraction) * full_longest, g)
             sessions.append((policy, label, fraction, knobs, window,
                              make_session(adapter, policy, knobs, head_map_path)))
@@ -359,7 +373,7 @@ def bytes_check(records: list[dict]) -> list[str]:
 
 # -- the node, over DDS --------------------------------------------------------------------------------
 def node_check(model: str, policy: str, streams: int, length: int, fraction: float, head_map_path: str,
-               work: pathlib.Path) -> dict:
+               work: pathlib.Path, instant_frames: int = 0) -> dict:
     """World bags replayed (lock-step) into streamcache_node; the questions asked over DDS; the
     answers compared with a Session fed the same frames."""
     import node_harness as harness  # noqa: PLC0415
@@ -374,11 +388,11 @@ def node_check(model: str, policy: str, streams: int, length: int, fraction: flo
     g = geometry_for(adapter, first.look, head_map_path)
     # one node, one configuration: the knobs of the first stream's frame size, frames of that size
     full_longest = g.prefix + math.ceil(max(LENGTHS) / g.frames_per_unit) * g.tokens_per_unit
-    knobs = policy_knobs(policy, fraction * full_longest, g)
+    knobs = policy_knobs(policy, fraction * full_longest, g, instant_frames)
     # every bag in the first stream's encoding; a JPEG stream is on <topic>/compressed (docs/world.md)
     camera = "/camera/image_raw" + ("/compressed" if first.look.encoding == "jpeg" else "")
     params = {"model_path": model, "policy": policy, "device": "cpu", "camera_topics": f"['{camera}']",
-              **{(f"{policy}.{k}" if k != "budget_tokens" else k): v for k, v in knobs.items()}}
+              **knob_parameters(policy, knobs)}
     domain = harness.new_domain()
     env = harness.child_env(domain)
     namespace = "/accuracy"
@@ -551,6 +565,9 @@ def main(argv=None) -> int:
     parser.add_argument("--sweep-streams", type=int, default=40,
                         help="of the 512-frame streams, how many also run the budget sweep")
     parser.add_argument("--max-new-tokens", type=int, default=0, help="per answer (0: the session's default)")
+    parser.add_argument("--instant-frames", type=int, default=0,
+                        help="every bounded policy's instant window (the newest N frames of each camera kept whole, "
+                             "docs/architecture.md \"The instant window\"), within the same bytes; 0: off")
     parser.add_argument("--no-node", action="store_true")
     parser.add_argument("--node-policy", default="hermes")
     parser.add_argument("--node-streams", type=int, default=12)
@@ -579,7 +596,8 @@ def main(argv=None) -> int:
     for i in range(args.short_streams if short else 0):
         records += run_stream(adapter, ACCURACY_SEED + i, short, main_fraction, head_map_path, args.per_kind,
                               policies, args.fraction, args.max_new_tokens, kinds,
-                              windows=0 if args.no_time else args.windowed, watch=not args.no_time)
+                              windows=0 if args.no_time else args.windowed, watch=not args.no_time,
+                              instant_frames=args.instant_frames)
         if cells_filled(records, short, policies[0], args.min_questions):
             break
         if i % 25 == 24:
@@ -589,7 +607,8 @@ def main(argv=None) -> int:
     for i in range(args.long_streams if max(LENGTHS) in args.lengths else 0):
         fractions = sweep_fractions if i < args.sweep_streams else main_fraction
         records += run_stream(adapter, ACCURACY_SEED + 5_000_000 + i, [max(LENGTHS)], fractions, head_map_path,
-                              args.per_kind, policies, args.fraction, args.max_new_tokens, kinds)
+                              args.per_kind, policies, args.fraction, args.max_new_tokens, kinds,
+                              instant_frames=args.instant_frames)
         if i % 10 == 9:
             print(f"  {i + 1} streams of {max(LENGTHS)} frames, {time.perf_counter() - started:.0f} s", flush=True)
     hour_records = []
@@ -597,7 +616,8 @@ def main(argv=None) -> int:
     for i in range(args.hour_streams):
         hour_records += run_stream(adapter, ACCURACY_SEED + 7_000_000 + i, hour_points(args.hour_frames), main_fraction,
                                    head_map_path, args.per_kind, bounded, args.fraction, args.max_new_tokens,
-                                   LONG_MEMORY + (() if args.no_time else WHEN_KINDS))
+                                   LONG_MEMORY + (() if args.no_time else WHEN_KINDS),
+                                   instant_frames=args.instant_frames)
         print(f"  {i + 1} streams of {args.hour_frames} frames, {time.perf_counter() - started:.0f} s", flush=True)
     sweep = [r for r in records if r["length"] == max(LENGTHS) and r["seed"] < ACCURACY_SEED + 5_000_000 +
              args.sweep_streams and r["kind"] in SCORED_KINDS]
@@ -623,7 +643,7 @@ def main(argv=None) -> int:
     print("\nequal bytes: " + ("all within 5%" if not mismatched else f"{len(mismatched)} streams off by > 5%"))
     sweep_summary = summarise(sweep) if sweep else {}
     out = {"machine": machine("cpu"), "model": args.model, "policies": policies, "lengths": args.lengths,
-           "fraction": args.fraction, "options_prompt": read_model_settings(str(folder)).get("options_prompt"),
+           "fraction": args.fraction, **({"instant_frames": args.instant_frames} if args.instant_frames else {}), "options_prompt": read_model_settings(str(folder)).get("options_prompt"),
            "seconds": round(time.perf_counter() - started), "summary": summary, "time": time_summary,
            "hour": hour, "sweep": sweep_summary, "bytes_mismatch": mismatched, "node": node, "records": records,
            "time_records": timed, "hour_records": hour_records,
@@ -672,7 +692,8 @@ def checked_node(args, head_map_path: str) -> dict:
     try:
         # a folder per model: two models checked side by side must not share bags
         work = ROOT / "bench" / "results" / f"accuracy-node-{pathlib.Path(args.model).name}"
-        return node_check(args.model, args.node_policy, args.node_streams, 64, args.fraction, head_map_path, work)
+        return node_check(args.model, args.node_policy, args.node_streams, 64, args.fraction, head_map_path, work,
+                          args.instant_frames)
     except Exception as err:  # noqa: BLE001 - reported in the JSON, the session tables still written
         return {"error": f"{type(err).__name__}: {err}"}
 
