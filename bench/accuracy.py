@@ -157,10 +157,11 @@ def geometry_for(adapter, look: world.Look, head_map_path: str) -> Geometry:
 
 
 def head_map_fractions(path: str) -> tuple[float, float, float]:
-    """The share of KV heads in each H2SVC bank, by the head map's default ratios."""
-    from streamcache_ros.engine.cache.sap import DEFAULT_RATIOS, HeadMap  # noqa: PLC0415
+    """The share of KV heads in each H2SVC bank, by the head map's own ratios (the policy's default)."""
+    from streamcache_ros.engine.cache.sap import HeadMap  # noqa: PLC0415
 
-    bank = HeadMap.load(path).bank_ids(DEFAULT_RATIOS, "head")
+    head_map = HeadMap.load(path)
+    bank = head_map.bank_ids(head_map.ratios, "head")
     total = bank.numel()
     return tuple(float((bank == b).sum()) / total for b in range(3))
 
@@ -181,7 +182,8 @@ def make_session(adapter, policy: str, knobs: dict, head_map_path: str = ""):
 def run_stream(adapter, seed: int, points: list[int], fractions: dict[str, float], head_map_path: str,
                per_kind: int, policies: tuple[str, ...], reference_fraction: float = 1 / 8,
                max_new_tokens: int = 0, kinds: tuple[str, ...] = SCORED_KINDS, windows: int = 0,
-               watch: bool = False, full_until: int = 0, longest: int = 0, instant_frames: int = 0) -> list[dict]:
+               watch: bool = False, full_until: int = 0, longest: int = 0, instant_frames: int = 0,
+               budget_tokens: int = 0) -> list[dict]:
     """One held-out stream of ``max(points)`` frames through one session per (policy, fraction);
     every question kind asked after each of ``points`` frames (last_seen / first_seen through the
     when search). One record per (session, question). The full cache's long-memory questions are
@@ -189,7 +191,9 @@ def run_stream(adapter, seed: int, points: list[int], fractions: dict[str, float
     questions over 8-frame windows at each point; ``watch``: standing questions on every chunk;
     ``full_until``: stop feeding the full cache after that many frames (0: never; the hour runs);
     ``longest``: the length the bytes are equalised at (default: the longest of LENGTHS);
-    ``instant_frames``: every bounded policy's instant window, within the same bytes."""
+    ``instant_frames``: every bounded policy's instant window, within the same bytes;
+    ``budget_tokens``: every bounded policy holds the prefix and this many video tokens per layer
+    (the node's ``budget_tokens``) instead of a fraction of the full cache."""
     length = max(points)
     stream = world.make_stream(seed, length, question_points=points)
     g = geometry_for(adapter, stream.look, head_map_path)
@@ -197,9 +201,10 @@ def run_stream(adapter, seed: int, points: list[int], fractions: dict[str, float
     sessions = []
     for policy in policies:
         for label, fraction in (fractions.items() if policy != "full" else [("full", 1.0)]):
-            target = fraction * full_longest
+            target = g.prefix + budget_tokens if budget_tokens else fraction * full_longest
             knobs = policy_knobs(policy, target, g, instant_frames)
-            window = window_frames((reference_fraction if policy == "full" else fraction) * full_longest, g)
+            reference = g.prefix + budget_tokens if budget_tokens else reference_fraction * full_longest
+            window = window_frames(reference if policy == "full" else target, g)
             sessions.append((policy, label, fraction, knobs, window,
                              make_session(adapter, policy, knobs, head_map_path)))
     records = []
@@ -448,7 +453,9 @@ def print_tables(summary: dict, lengths, policies, label: str) -> None:
                 row[policy] = (f"{c['accuracy']:.2f} [{c['ci95'][0]:.2f}, {c['ci95'][1]:.2f}] n={c['n']}"
                                if c and c["n"] else "")
             rows.append(row)
-        print(f"\n{length} frames (bounded policies at {label} of the full cache's bytes at {max(LENGTHS)} frames)")
+        held = (f"{label} a layer" if label.endswith("tokens")
+                else f"{label} of the full cache's bytes at {max(LENGTHS)} frames")
+        print(f"\n{length} frames (bounded policies at {held})")
         print(table(rows, [("kind", "kind"), *[(p, p) for p in policies]]))
 
 
@@ -565,6 +572,9 @@ def main(argv=None) -> int:
     parser.add_argument("--sweep-streams", type=int, default=40,
                         help="of the 512-frame streams, how many also run the budget sweep")
     parser.add_argument("--max-new-tokens", type=int, default=0, help="per answer (0: the session's default)")
+    parser.add_argument("--budget-tokens", type=int, default=0,
+                        help="instead of --fraction: every bounded policy holds the prefix and this many video tokens "
+                             "per layer (the node's budget_tokens; the model folder's own is the node's default)")
     parser.add_argument("--instant-frames", type=int, default=0,
                         help="every bounded policy's instant window (the newest N frames of each camera kept whole, "
                              "docs/architecture.md \"The instant window\"), within the same bytes; 0: off")
@@ -585,7 +595,9 @@ def main(argv=None) -> int:
     folder = pathlib.Path(resolve_model_path(args.model))
     head_map_path = str(folder / "h2svc_head_map.json") if (folder / "h2svc_head_map.json").is_file() else ""
     policies = tuple(p for p in args.policies if p in REGISTERED and (p != "h2svc" or head_map_path))
-    label = f"1/{round(1 / args.fraction)}"
+    label = f"{args.budget_tokens} tokens" if args.budget_tokens else f"1/{round(1 / args.fraction)}"
+    if args.budget_tokens:
+        args.sweep_streams = 0  # the sweep is over fractions of the full cache
     name = args.name or f"accuracy-{pathlib.Path(args.model).name}"
     if args.node_only:
         return node_only(args, head_map_path, name)
@@ -597,7 +609,7 @@ def main(argv=None) -> int:
         records += run_stream(adapter, ACCURACY_SEED + i, short, main_fraction, head_map_path, args.per_kind,
                               policies, args.fraction, args.max_new_tokens, kinds,
                               windows=0 if args.no_time else args.windowed, watch=not args.no_time,
-                              instant_frames=args.instant_frames)
+                              instant_frames=args.instant_frames, budget_tokens=args.budget_tokens)
         if cells_filled(records, short, policies[0], args.min_questions):
             break
         if i % 25 == 24:
@@ -608,7 +620,7 @@ def main(argv=None) -> int:
         fractions = sweep_fractions if i < args.sweep_streams else main_fraction
         records += run_stream(adapter, ACCURACY_SEED + 5_000_000 + i, [max(LENGTHS)], fractions, head_map_path,
                               args.per_kind, policies, args.fraction, args.max_new_tokens, kinds,
-                              instant_frames=args.instant_frames)
+                              instant_frames=args.instant_frames, budget_tokens=args.budget_tokens)
         if i % 10 == 9:
             print(f"  {i + 1} streams of {max(LENGTHS)} frames, {time.perf_counter() - started:.0f} s", flush=True)
     hour_records = []
@@ -617,7 +629,7 @@ def main(argv=None) -> int:
         hour_records += run_stream(adapter, ACCURACY_SEED + 7_000_000 + i, hour_points(args.hour_frames), main_fraction,
                                    head_map_path, args.per_kind, bounded, args.fraction, args.max_new_tokens,
                                    LONG_MEMORY + (() if args.no_time else WHEN_KINDS),
-                                   instant_frames=args.instant_frames)
+                                   instant_frames=args.instant_frames, budget_tokens=args.budget_tokens)
         print(f"  {i + 1} streams of {args.hour_frames} frames, {time.perf_counter() - started:.0f} s", flush=True)
     sweep = [r for r in records if r["length"] == max(LENGTHS) and r["seed"] < ACCURACY_SEED + 5_000_000 +
              args.sweep_streams and r["kind"] in SCORED_KINDS]
@@ -643,7 +655,7 @@ def main(argv=None) -> int:
     print("\nequal bytes: " + ("all within 5%" if not mismatched else f"{len(mismatched)} streams off by > 5%"))
     sweep_summary = summarise(sweep) if sweep else {}
     out = {"machine": machine("cpu"), "model": args.model, "policies": policies, "lengths": args.lengths,
-           "fraction": args.fraction, **({"instant_frames": args.instant_frames} if args.instant_frames else {}), "options_prompt": read_model_settings(str(folder)).get("options_prompt"),
+           "fraction": args.fraction, "budget_tokens": args.budget_tokens, **({"instant_frames": args.instant_frames} if args.instant_frames else {}), "options_prompt": read_model_settings(str(folder)).get("options_prompt"),
            "seconds": round(time.perf_counter() - started), "summary": summary, "time": time_summary,
            "hour": hour, "sweep": sweep_summary, "bytes_mismatch": mismatched, "node": node, "records": records,
            "time_records": timed, "hour_records": hour_records,

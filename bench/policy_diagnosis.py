@@ -178,9 +178,13 @@ class Variant:
         the proportions W_s : W_w : N_e (default 4 : 16 : 64) the bytes are shared out by."""
         settings = dict(self.settings)
         shares = settings.pop("bank_shares", None)
+        instant = int(settings.pop("instant_frames", 0))
+        if instant:  # the window's tokens come out of the same bytes (bench/accuracy.py's rule)
+            base = accuracy.policy_knobs(self.policy, target_tokens, g, instant)
         if self.policy == "h2svc" and (shares is not None or "ratios" in settings):
             # other banks hold other bytes: the windows made again so the mean over heads is the same
-            base = h2svc_knobs(target_tokens, g, shares or (4, 16, 64), settings.get("ratios"))
+            window = math.ceil(instant / g.frames_per_unit) * g.tokens_per_unit
+            base = {**base, **h2svc_knobs(target_tokens - window, g, shares or (4, 16, 64), settings.get("ratios"))}
         return {**base, **settings}
 
 

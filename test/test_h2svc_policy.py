@@ -435,3 +435,19 @@ def test_evicted_age_mean_is_the_mean_over_evictions_not_times_the_heads(tmp_pat
     extra = policy.stats().extra
     assert heads == 3 and len(ages) == extra["stce_evictions"] * heads
     assert extra["evicted_age_mean"] == pytest.approx(sum(ages) / len(ages))
+
+
+def test_empty_ratios_take_the_head_maps_own_and_a_setting_overrides_them(tmp_path):
+    kinds = [[0, 1], [2, 2]]
+    write_map(tmp_path / "map.json", kinds)
+    head_map = HeadMap.load(tmp_path / "map.json").resplit([0.0, 0.0, 1.0])
+    head_map.save(tmp_path / "all_episodic.json")
+    geometry = make(tmp_path, kinds).geometry
+    by_map = make_policy("h2svc", head_map=HeadMap.load(tmp_path / "all_episodic.json"))
+    by_map.setup(geometry)
+    assert by_map.ratios == [0.0, 0.0, 1.0] and by_map.bank_id.tolist() == [[2, 2], [2, 2]]
+    assert by_map.config_dict()["ratios"] == [0.0, 0.0, 1.0]
+    given = make_policy("h2svc", head_map=HeadMap.load(tmp_path / "all_episodic.json"), ratios=[0.25, 0.25, 0.5])
+    given.setup(geometry)
+    assert given.ratios == [0.25, 0.25, 0.5] and given.bank_id.flatten().tolist().count(2) == 2
+    assert given.config_dict()["ratios"] != by_map.config_dict()["ratios"]  # a snapshot of one is not the other's

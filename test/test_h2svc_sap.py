@@ -292,3 +292,26 @@ def test_profile_command_entry_point_reports_bad_input(tmp_path):
     assert done.returncode == 2
     missing = tmp_path / "nothing"
     assert done.stderr.strip().splitlines()[-1] == f"streamcache-profile: --input '{missing}' does not exist"
+
+
+def test_resplit_makes_the_banks_again_and_a_map_with_bad_ratios_is_refused(tmp_path):
+    head_map = HeadMap.build("m", "abc", torch.rand(4, 2), torch.rand(4, 2))
+    again = head_map.resplit([0.0, 0.25, 0.75])
+    assert again.split == [0, 2, 6] and again.ratios == [0.0, 0.25, 0.75]
+    assert again.bank_id == again.bank_ids(again.ratios).tolist() and again.score == head_map.score
+    again.save(tmp_path / "map.json")
+    assert HeadMap.load(tmp_path / "map.json") == again
+    text = (tmp_path / "map.json").read_text().replace('"ratios": [\n  0.0,', '"ratios": [\n  0.5,')
+    (tmp_path / "bad.json").write_text(text)
+    with pytest.raises(ValueError, match="bad.json.*sum to 1"):
+        HeadMap.load(tmp_path / "bad.json")
+
+
+def test_profile_cli_splits_a_map_again_without_a_model(tmp_path):
+    from streamcache_ros.tools.profile_heads import main
+
+    HeadMap.build("m", "abc", torch.rand(4, 2), torch.rand(4, 2)).save(tmp_path / "map.json")
+    out = tmp_path / "again.json"
+    assert main(["--resplit", str(tmp_path / "map.json"), "--ratios", "0", "0", "1", "--output", str(out)]) == 0
+    assert HeadMap.load(out).split == [0, 0, 8]
+    assert main(["--resplit", str(tmp_path / "missing.json"), "--output", str(out)]) == 2

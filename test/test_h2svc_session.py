@@ -213,6 +213,6 @@ def test_config_file_holds_the_documented_defaults():
     assert params["policy"] == "h2svc"
     defaults = {k: v for k, v in policy_parameters("h2svc").items() if k not in ("reindex", "reindex_margin")}
     assert params["h2svc"] == defaults
-    assert (defaults["w_s"], defaults["w_w"], defaults["n_e"], defaults["ratios"]) == (4, 16, 64, [0.1, 0.4, 0.5])
+    assert (defaults["w_s"], defaults["w_w"], defaults["n_e"], defaults["ratios"]) == (4, 16, 64, [])
     flat = {"policy": "h2svc", **{f"h2svc.{k}": v for k, v in params["h2svc"].items()}, "device": "cpu"}
     assert build_session(flat).policy.config_dict()["w_w"] == 16

@@ -86,7 +86,8 @@ def plain(value: Any) -> Any:
 
 # The element type of each array parameter whose default is empty (nothing to infer it from)
 EMPTY_ARRAY_TYPES = {"watch_questions": Parameter.Type.STRING_ARRAY, "evidence_layers": Parameter.Type.INTEGER_ARRAY,
-                     "hermes.mid_omega": Parameter.Type.DOUBLE_ARRAY, "hermes.mid_k": Parameter.Type.DOUBLE_ARRAY}
+                     "hermes.mid_omega": Parameter.Type.DOUBLE_ARRAY, "hermes.mid_k": Parameter.Type.DOUBLE_ARRAY,
+                     "h2svc.ratios": Parameter.Type.DOUBLE_ARRAY}
 
 
 def declared_type(name: str, spec: Spec) -> Parameter.Type:

@@ -257,6 +257,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gqa-pooling", choices=("mean", "max"), default="mean")
     parser.add_argument("--ratios", type=float, nargs=3, default=list(DEFAULT_RATIOS),
                         metavar=("INSTANT", "SHORT", "EPISODIC"))
+    parser.add_argument("--resplit", metavar="MAP", default="",
+                        help="no profiling: split the scores of this head map by --ratios again, written to --output "
+                             "(the ratios the policy uses by default, docs/h2svc.md \"Bank ratios chosen by data\")")
     parser.add_argument("--topic", default="", help="rosbag image topic (default: the first image topic)")
     parser.add_argument("--sample-fps", type=float, default=1.0)
     parser.add_argument("--chunk-units", type=int, default=8, help="units per prefill (same result, less memory)")
@@ -264,6 +267,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dtype", default="auto")
     args = parser.parse_args(argv)
     log = lambda text: print(text, file=sys.stderr, flush=True)  # noqa: E731
+    if args.resplit:
+        try:
+            head_map = HeadMap.load(args.resplit).resplit(args.ratios)
+            head_map.save(args.output)
+        except (ValueError, OSError) as err:
+            print(f"streamcache-profile: {err}", file=sys.stderr)
+            return 2
+        log(f"{args.output}: {args.resplit} split again by ratios {head_map.ratios} -> split {head_map.split}")
+        return 0
     try:
         if args.videos < 1 or args.units < 1 or args.chunk_units < 1 or args.sample_fps <= 0:
             raise ValueError("--videos, --units and --chunk-units must be >= 1 and --sample-fps > 0")

@@ -53,8 +53,9 @@ class H2svcSettings(ReindexSettings):
     w_w: int = setting(16, "Short-term heads: FIFO window, in stream units", low=1)
     n_e: int = setting(64, "Episodic heads: at most this many stream units, evicted by trajectory curvature (STCE)",
                        low=2)
-    ratios: list = setting(list(DEFAULT_RATIOS), "Share of KV heads per bank, by the head map's scores: "
-                                                 "instantaneous, short-term, episodic (three numbers summing to 1)")
+    ratios: list = setting([], "Share of KV heads per bank, by the head map's scores: instantaneous, short-term, "
+                               "episodic (three numbers summing to 1); [] = the head map's own (chosen for its "
+                               "model, docs/h2svc.md \"Bank ratios chosen by data\")")
     head_map_path: str = setting("", "The head map from `streamcache-profile`; '' = h2svc_head_map.json in the "
                                      "model's folder")
     granularity: str = setting("head", "head | layer (ablation: a layer's heads share one bank)",
@@ -71,6 +72,8 @@ class H2svcSettings(ReindexSettings):
             raise SettingError("w_s", f"and w_w must be >= 1 unit, got {self.w_s} and {self.w_w}")
         if self.n_e < 2:
             raise SettingError("n_e", f"must be >= 2 units (the two endpoints are never evicted), got {self.n_e}")
+        if not self.ratios:
+            return  # the head map's own, checked when the map is read
         try:
             check_ratios(self.ratios)
         except ValueError as err:
@@ -99,9 +102,17 @@ class H2svcPolicy(CachePolicy):
         self.head_map = head_map
         self.bank_id: torch.Tensor | None = None  # [L, Hkv]
 
+    @property
+    def ratios(self) -> list[float]:
+        """The bank ratios in force: the setting, or where it is empty the head map's own."""
+        if self.settings.ratios or self.head_map is None:
+            return list(self.settings.ratios or DEFAULT_RATIOS)
+        return list(self.head_map.ratios)
+
     def config_dict(self) -> dict[str, Any]:
         config = {k: v for k, v in super().config_dict().items() if k != "head_map_path"}
-        return {**config, "head_map": self.head_map.digest() if self.head_map else ""}
+        # the ratios in force: two caches split by other ratios hold other banks
+        return {**config, "ratios": self.ratios, "head_map": self.head_map.digest() if self.head_map else ""}
 
     # -- life cycle -----------------------------------------------------------------------------
     def setup(self, geometry: CacheGeometry) -> None:
@@ -109,7 +120,7 @@ class H2svcPolicy(CachePolicy):
             raise ValueError("h2svc needs a head map (make_policy('h2svc', head_map=HeadMap.load(path)); the "
                              "factory finds the model's own)")
         check_head_map(self.head_map, geometry)
-        self.bank_id = self.head_map.bank_ids(self.settings.ratios, self.settings.granularity)
+        self.bank_id = self.head_map.bank_ids(self.ratios, self.settings.granularity)
         super().setup(geometry)
 
     def new_storage(self) -> HeadGroupStorage:

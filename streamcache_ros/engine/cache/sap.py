@@ -14,6 +14,8 @@ is ``streamcache_ros.tools.profile_heads``.
 """
 from __future__ import annotations
 
+import dataclasses
+
 import hashlib
 import json
 import math
@@ -213,6 +215,14 @@ class HeadMap:
             return split_layers(torch.tensor(self.tad_v2v), torch.tensor(self.tad_t2v), ratios)
         raise ValueError(f"granularity must be 'head' or 'layer', got '{granularity}'")
 
+    def resplit(self, ratios) -> "HeadMap":
+        """The same profile split by other ratios (its banks and split made again); what the policy
+        uses where its ``ratios`` setting is empty (docs/h2svc.md "Bank ratios chosen by data")."""
+        ratios = list(check_ratios(ratios))
+        banks = split_banks(torch.tensor(self.score, dtype=torch.float64), ratios)
+        return dataclasses.replace(self, bank_id=banks.tolist(), split=[int((banks == b).sum()) for b in range(3)],
+                                   ratios=ratios)
+
     def digest(self) -> str:
         """A short hash of the scores: two caches built from different maps are not comparable."""
         text = json.dumps([self.model_id, self.score], sort_keys=True)
@@ -242,4 +252,8 @@ class HeadMap:
             value = getattr(head_map, name)
             if len(value) != shape[0] or any(len(row) != shape[1] for row in value):
                 raise ValueError(f"head map '{path}': '{name}' is not [{shape[0]}][{shape[1]}]")
+        try:
+            check_ratios(head_map.ratios)
+        except ValueError as err:
+            raise ValueError(f"head map '{path}': {err}") from None
         return head_map
