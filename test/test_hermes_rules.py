@@ -6,7 +6,7 @@ import torch
 
 from streamcache_ros.engine.cache import CacheGeometry, NewTokens, make_policy
 from streamcache_ros.engine.cache.hermes_rules import (DEEP, GLOBAL_PROMPT, LOCAL_PROMPT, MID, SHALLOW,
-                                                       guidance_attention, guidance_prompts,
+                                                       frame_keep_indices, guidance_attention, guidance_prompts,
                                                        interpolate_linear, keep_indices, layer_budget, layer_roles,
                                                        layer_split, raw_scores, recency_norm, sanitize_keep,
                                                        smooth_scores, summary_token)
@@ -285,3 +285,27 @@ def test_selection_on_a_three_layer_toy():
     # shallow: recency with k = 20 is ~(0, 1.6e-6, 1.3e-3, 1); refined = 0.9·that + 0.1·mid refined
     # = (0.03, 0.040, 0.036, 0.96): candidate 1 beats the more recent 2 because of the deeper layers
     assert keep[0].tolist() == [0, 2, 4]
+
+
+# -- selection by frames -----------------------------------------------------------------------------
+def test_frame_selection_keeps_whole_units_by_mean_score_and_fills_the_slots():
+    # units 10 (3 tokens), 11 (3), 12 (2); means 0.5, 0.8, 0.2 -> unit 11 first, then unit 10
+    units = torch.tensor([10, 10, 10, 11, 11, 11, 12, 12])
+    refined = torch.tensor([0.9, 0.3, 0.3, 0.8, 0.8, 0.8, 0.1, 0.3])
+    keep = frame_keep_indices(refined, units, slots=6, prefix_len=2)
+    assert keep.tolist() == [0, 1, 2, 3, 4, 5, 6, 7]  # the prefix, then units 10 and 11 whole
+    # 5 slots: unit 11 (3), unit 10 does not fit, unit 12 (2) does
+    assert frame_keep_indices(refined, units, slots=5, prefix_len=0).tolist() == [3, 4, 5, 6, 7]
+    # 4 slots: unit 11, then no whole unit fits one slot: the best single token left (0.9, of unit 10)
+    assert frame_keep_indices(refined, units, slots=4, prefix_len=0).tolist() == [0, 3, 4, 5]
+    # the token selection would break unit 11 up for the 0.9 token
+    assert keep_indices(refined, 4, 0).tolist() == [0, 3, 4, 5]
+    assert keep_indices(refined, 3, 0).tolist() != frame_keep_indices(refined, units, 3, 0).tolist()
+
+
+def test_frame_selection_keeps_everything_that_fits_and_as_many_tokens_as_token_selection():
+    units = torch.arange(12) // 3
+    refined = torch.rand(12, generator=torch.Generator().manual_seed(0))
+    assert frame_keep_indices(refined, units, 20, 1).tolist() == list(range(13))
+    for slots in range(13):
+        assert len(frame_keep_indices(refined, units, slots, 1)) == len(keep_indices(refined, slots, 1))

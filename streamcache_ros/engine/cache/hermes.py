@@ -26,10 +26,10 @@ import torch
 
 from .base import ChunkContext, ChunkOutcome, GuidancePass, GuidancePrompt, GuidanceRequest, NewTokens
 from .clocks import NO_CLOCK, camera_share_setting, clocks_held, fair_shares, on_clock
-from .hermes_rules import (DEEP, GLOBAL_PROMPT, LOCAL_PROMPT, MID, ROLE_PROMPT, SHALLOW, guidance_attention,
-                           guidance_prompts, keep_indices, layer_budget, layer_roles, layer_split, mid_progress,
-                           pruned_indices, raw_scores, recency_norm, recency_weight_and_rate, sanitize_keep,
-                           smooth_scores, summary_token)
+from .hermes_rules import (DEEP, GLOBAL_PROMPT, LOCAL_PROMPT, MID, ROLE_PROMPT, SHALLOW, frame_keep_indices,
+                           guidance_attention, guidance_prompts, keep_indices, layer_budget, layer_roles, layer_split,
+                           mid_progress, pruned_indices, raw_scores, recency_norm, recency_weight_and_rate,
+                           sanitize_keep, smooth_scores, summary_token)
 from .instant import instant_setting
 from .layerwise import LayerwisePolicy, LayerwiseSettings, budget_setting
 from .rope import apply_rotary
@@ -65,6 +65,9 @@ class HermesSettings(LayerwiseSettings):
     lambda_deep: float = setting(0.4, "Cross-layer smoothing weight of a deep layer", **UNIT_RANGE)
     norm_eps: float = setting(1e-6, "Min-max normalisation guard", low=0.0)
     summary: bool = setting(True, "Deep layers fold the tokens they prune into one summary token")
+    selection: str = setting("tokens", "tokens (§9: each layer's top-M tokens) | frames (whole stream units ranked "
+                                       "by their tokens' mean score, docs/hermes.md \"Selection by frames\")",
+                             choices=("tokens", "frames"))
     score_dtype: str = setting("float32", "float32 | model (round the guidance attention to the model's dtype "
                                           "where the fp16 reference does)", choices=("float32", "model"))
     score_rounding: str = setting("", "With score_dtype model: round after the float32 softmax (softmax) or the "
@@ -243,6 +246,9 @@ class HermesPolicy(LayerwisePolicy):
     def plan(self, attention: list[torch.Tensor | None], prefix_len: int) -> list[torch.Tensor]:
         """§7-§9 from each layer's pooled guidance attention (None where a layer's ω = 1 makes it unused)."""
         refined = self.refine(attention, [len(store) - prefix_len for store in self.layers])
+        if self.settings.selection == "frames":
+            return [frame_keep_indices(score, store.units[prefix_len:].to(score.device), slots, prefix_len)
+                    for score, slots, store in zip(refined, self.slots(prefix_len), self.layers)]
         return [keep_indices(score, slots, prefix_len) for score, slots in zip(refined, self.slots(prefix_len))]
 
     def refine(self, attention: list[torch.Tensor | None], counts: list[int]) -> list[torch.Tensor]:
@@ -272,7 +278,9 @@ class HermesPolicy(LayerwisePolicy):
         out = []
         for score, lanes, store in zip(scores, self.lane_slots(prefix_len), self.layers):
             if len(lanes) == 1:
-                out.append(keep_indices(score, next(iter(lanes.values())), prefix_len))
+                slots = next(iter(lanes.values()))
+                out.append(frame_keep_indices(score, store.units[prefix_len:].cpu(), slots, prefix_len)
+                           if self.settings.selection == "frames" else keep_indices(score, slots, prefix_len))
                 continue
             candidates = store.clocks[prefix_len:].cpu()
             kept = [torch.nonzero(candidates == c).flatten()[torch.topk(score[candidates == c], n, sorted=False).indices]

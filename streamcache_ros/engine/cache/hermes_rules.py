@@ -185,6 +185,34 @@ def keep_indices(refined: torch.Tensor, slots: int, prefix_len: int) -> torch.Te
     return torch.cat((prefix, torch.sort(top).values))
 
 
+def frame_keep_indices(refined: torch.Tensor, units: torch.Tensor, slots: int, prefix_len: int) -> torch.Tensor:
+    """Selection by frames (docs/hermes.md "Selection by frames"): the candidates' stream units
+    ranked by the mean refined score of their tokens, whole units kept best first while they fit in
+    ``slots``; the slots left are the best remaining tokens, so a layer keeps as many tokens as
+    ``keep_indices`` would. Same output form: the prefix, then the kept candidates + P, sorted."""
+    count = refined.numel()
+    if slots >= count:
+        return torch.arange(prefix_len + count, device=refined.device)
+    ids, inverse, sizes = torch.unique(units, return_inverse=True, return_counts=True)
+    means = torch.zeros(len(ids), dtype=torch.float64, device=refined.device)
+    means.index_add_(0, inverse, refined.to(torch.float64))
+    means /= sizes
+    chosen = torch.zeros(count, dtype=torch.bool, device=refined.device)
+    left = slots
+    for unit in torch.argsort(means, descending=True, stable=True).tolist():
+        if left == 0:
+            break
+        size = int(sizes[unit])
+        if size <= left:
+            chosen |= inverse == unit
+            left -= size
+    if left:  # no whole unit fits what is left: the best single tokens fill it
+        rest = refined.masked_fill(chosen, float("-inf"))
+        chosen[torch.topk(rest, left, sorted=False).indices] = True
+    kept = torch.nonzero(chosen).flatten() + prefix_len
+    return torch.cat((torch.arange(prefix_len, device=refined.device), kept))
+
+
 def sanitize_keep(indices: torch.Tensor, seq_len: int) -> torch.Tensor:
     """Clip to [0, seq_len), unique and sorted; an empty result keeps token 0 (reference)."""
     indices = indices.to(torch.long)
