@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from streamcache_ros.engine import Session, SessionConfig
-from streamcache_ros.engine.cache import PAD_UNIT, KVStore
+from streamcache_ros.engine.cache import PAD_UNIT, PREFIX_UNIT, TEXT_UNIT, KVStore
+from streamcache_ros.engine.cache.rope import RotarySpec
 from streamcache_ros.engine.cache import store as store_module
 
 from conftest import REAL_TOKEN_FAMILIES, policy_for
@@ -156,6 +157,59 @@ def test_per_row_compaction_by_runs_equals_the_gather(small_blocks, short_runs):
         for tensor, old in zip(got[2:], before[2:]):
             assert torch.equal(tensor[row][..., :n], old[row][..., kept])
         assert bool((got[3][row, n:] == PAD_UNIT).all()) and not bool(got[0][0, row, n:].any())
+
+
+def fresh_offsets(store: KVStore, clock) -> torch.Tensor:
+    """next_offsets of a new store of the same tokens: worked out, not kept."""
+    again = KVStore(store.keys, store.values, store.positions, store.units, store.chunks, store.heads, store.shared,
+                    store.clocks)
+    return again.next_offsets(clock)
+
+
+@pytest.mark.parametrize("shared", [True, False])
+def test_next_offsets_kept_between_calls_equal_the_ones_worked_out(shared):
+    """KVStore keeps next_offsets from call to call (H2SVC asks before every unit's forward); after
+    appends on one clock and another, a truncate, an eviction, a compaction and a re-index they are
+    still what the tokens held say."""
+    rows, dim = 2, 8
+    lead = () if shared else (rows,)
+    ids = torch.empty(*lead, 0, dtype=torch.long)
+    store = KVStore(torch.empty(1, rows, 0, dim), torch.empty(1, rows, 0, dim), torch.empty(*lead, 1, 0), ids, ids,
+                    torch.arange(rows), shared)
+    store.reserve(200)  # room for every append: none copies the store (which would forget the offsets)
+    gen = torch.Generator().manual_seed(5)
+
+    def append(count: int, clock, start: float, unit: int):
+        positions = (torch.arange(count, dtype=torch.float32) + start).expand(*lead, 1, count).clone()
+        if not shared:  # the rows apart, as after a re-index of one head
+            positions[1] += 3
+        store.append(torch.randn(1, rows, count, dim, generator=gen), torch.randn(1, rows, count, dim, generator=gen),
+                     positions, torch.full((count,), unit), torch.full((count,), 0), clock)
+
+    def check():
+        for clock in (None, 0, 1):
+            assert torch.equal(store.next_offsets(clock), fresh_offsets(store, clock)), clock
+
+    append(3, None, 0, PREFIX_UNIT)
+    check()
+    for step in range(6):  # two cameras taking turns, each on its own clock (camera 1's further on)
+        clock = step % 2
+        append(4 + 3 * clock, clock, float(store.next_offsets(clock).max()), step)
+        check()
+    mark = len(store)
+    append(5, None, float(store.next_offsets(None).max()), TEXT_UNIT)  # a question on no clock
+    check()
+    store.truncate(mark)
+    check()
+    store.keep(torch.cat((torch.arange(3), torch.arange(11, len(store)))))
+    check()
+    if not shared:
+        keep = torch.ones(rows, len(store), dtype=torch.bool)
+        keep[0, 3:7] = False
+        store.compact(keep)
+        check()
+    store.reindex(RotarySpec(torch.ones(dim // 2), None), lambda old, units, chunks: old - 1.0)
+    check()
 
 
 def test_appends_copy_only_when_the_room_runs_out_and_a_truncate_frees_nothing():

@@ -82,6 +82,7 @@ class KVStore:
             self._positions, self._units, self._chunks = buffer(positions), buffer(units), buffer(chunks)
             self._clocks = buffer(clocks)
         self._length = length
+        self._offsets: dict[int | None, torch.Tensor] = {}  # next_offsets by clock, while they hold
 
     # -- the tokens held (views of the buffers) ---------------------------------------------------
     @property
@@ -152,16 +153,26 @@ class KVStore:
         return float(self.next_offsets(clock).max()) if self.rows else 0.0
 
     def next_offsets(self, clock: int | None = None) -> torch.Tensor:
-        """[rows] where each row's next token on ``clock`` goes (all equal when shared)."""
+        """[rows] where each row's next token on ``clock`` goes (all equal when shared).
+
+        Kept from call to call until the tokens change otherwise than by an append on that clock
+        (which moves it on, ``append``): H2SVC asks every group of every layer before each unit's
+        forward, and the mask and max over the whole store were a fixed cost of each forward
+        (docs/performance.md "H2SVC's prefill")."""
         if len(self) == 0:
             return torch.zeros(self.rows, dtype=torch.float32, device=self.positions.device)
+        known = self._offsets.get(clock)
+        if known is not None:
+            return known.clone()
         positions, units = self._per_row(self.positions), self._per_row(self.units)
         ignored = units == PAD_UNIT
         counted = on_clock(units, self._per_row(self.clocks), clock)
         if counted is not None:
             ignored = ignored | ~counted
         held = positions.masked_fill(ignored[:, None, :], -1.0)
-        return (held.amax(dim=(1, 2)) + 1.0).expand(self.rows)
+        offsets = (held.amax(dim=(1, 2)) + 1.0).expand(self.rows)
+        self._offsets[clock] = offsets
+        return offsets.clone()
 
     def unit_columns(self, unit: int) -> torch.Tensor:
         """Slots of ``unit``'s tokens; appended tokens sit in the same slots in every row."""
@@ -185,6 +196,12 @@ class KVStore:
         self._chunks[..., start:end] = chunks
         self._clocks[..., start:end] = stored_clock(clock)
         self._length = end
+        if self._offsets and end > start:
+            # every new token counts for a pass on its own clock and on none: those offsets move on
+            # to the new tokens' max + 1 where that is further; another clock's are not kept
+            reach = self._per_row(self._positions[..., start:end]).amax(dim=(1, 2)) + 1.0
+            self._offsets = {c: torch.maximum(offsets, reach.expand(self.rows))
+                             for c, offsets in self._offsets.items() if c is None or c == clock}
 
     def reserve(self, extra: int) -> None:
         """Room for ``extra`` more tokens: when short, the tokens are copied once into a buffer for
@@ -200,6 +217,8 @@ class KVStore:
     def truncate(self, length: int) -> None:
         """Drop the tokens after the first ``length`` (a question's, a failed chunk's): the views
         get shorter, the room stays reserved."""
+        if int(length) < self._length:
+            self._offsets = {}
         self._length = min(int(length), self._length)
 
     def select(self, index: torch.Tensor) -> "KVStore":
@@ -254,6 +273,7 @@ class KVStore:
             for row, count in enumerate(counts.tolist()):
                 self._move(self._slot_views(row), order[row, :count], block * self.rows)
         self._length = width
+        self._offsets = {}
 
     def _slot_views(self, row: int | None = None) -> list[tuple[torch.Tensor, int]]:
         """(buffer, slot axis) of every tensor, of all rows or of one (a per-row store)."""
@@ -332,6 +352,7 @@ class KVStore:
         if rotated is not keys:  # (the same tensor where no position moved)
             keys.copy_(rotated)
         self._positions[..., :self._length] = self._as_stored(new)
+        self._offsets = {}
 
     # -- reading ----------------------------------------------------------------------------------
     def visible(self, allowed_units: torch.Tensor, clock: int | None = None) -> torch.Tensor:
