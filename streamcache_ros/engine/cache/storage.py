@@ -168,6 +168,13 @@ class HeadGroup:
     bank: int
     store: KVStore
     query_heads: torch.Tensor
+    span: slice | None = None  # the KV heads as a slice, when they are consecutive
+
+    def kv_rows(self, x: torch.Tensor, dim: int) -> torch.Tensor:
+        """The group's KV heads of ``x`` along ``dim``: a view when they are consecutive."""
+        if self.span is not None:
+            return x.narrow(dim, self.span.start, self.span.stop - self.span.start)
+        return x.index_select(dim, self.store.heads.to(x.device))
 
 
 class HeadGroupStorage(CacheStorage):
@@ -187,7 +194,8 @@ class HeadGroupStorage(CacheStorage):
                 if heads:
                     query_heads = torch.tensor([h * g.group_size + i for h in heads for i in range(g.group_size)],
                                                dtype=torch.long, device=g.device)
-                    groups.append(HeadGroup(bank, KVStore.empty(g, heads, shared=False), query_heads))
+                    span = slice(heads[0], heads[-1] + 1) if heads[-1] - heads[0] == len(heads) - 1 else None
+                    groups.append(HeadGroup(bank, KVStore.empty(g, heads, shared=False), query_heads, span))
             self.groups.append(groups)
 
     def layer_stores(self) -> list[list[tuple[int, KVStore]]]:
@@ -196,18 +204,23 @@ class HeadGroupStorage(CacheStorage):
     def append(self, layer, k, v, new):
         g = self.geometry
         groups = self.groups[layer]
-        offsets = torch.empty(g.num_kv_heads, dtype=torch.float32, device=k.device)
-        for group in groups:
-            offsets[group.store.heads] = group.store.next_offsets(new.clock).to(k.device)
+        if len(groups) == 1:  # one bank in this layer (a map that puts every head in one)
+            offsets = groups[0].store.next_offsets(new.clock).to(k.device)
+        else:
+            offsets = torch.empty(g.num_kv_heads, dtype=torch.float32, device=k.device)
+            for group in groups:
+                offsets[group.store.heads] = group.store.next_offsets(new.clock).to(k.device)
         # docs/h2svc.md §5: positions are per KV head (they differ once heads re-index on their own)
         positions = new.rel_positions.to(k.device)[None] + offsets[:, None, None]  # [Hkv, axes, Q]
         hkv, axes, q_len = positions.shape
         cos, sin = g.rotary.cos_sin(positions.transpose(0, 1).reshape(axes, hkv * q_len), k.dtype)
         cos, sin = cos.view(hkv, q_len, -1), sin.view(hkv, q_len, -1)
         k = apply_rotary(k, cos[None], sin[None])
+        # views where a group's heads are consecutive: a copy of each less, per layer and forward,
+        # of H2SVC's unit-by-unit prefill (docs/performance.md "H2SVC's prefill")
         for group in groups:
-            heads = group.store.heads
-            group.store.append(k[:, heads], v[:, heads], positions[heads], new.units, new.chunks, new.clock)
+            group.store.append(group.kv_rows(k, 1), group.kv_rows(v, 1), group.kv_rows(positions, 0), new.units,
+                               new.chunks, new.clock)
         return cos, sin
 
     def state(self) -> dict[str, Any]:
