@@ -6,9 +6,11 @@ policy over one model (the vision encoder runs once per chunk for all of them), 
 turns frame by frame, so a change in the machine's load hits them alike. The policies are set at
 bench/accuracy.py's equal bytes (1/8 of the full cache at 512 frames); H2SVC twice: unit by unit
 (the default, docs/h2svc.md §3.2) and ``unit_by_unit: false``; where the stores keep their next
-offsets from forward to forward (``KVStore.next_offsets``), H2SVC a third time with them worked out
-again on every call, as before (``h2svc-recompute``: that change alone, in the same run). Per
-policy: prefill and compress ms per chunk (the ChunkReport's), and the decoder forwards a chunk takes.
+offsets from forward to forward (``KVStore.next_offsets``), H2SVC a third time as before that and
+the views of ``HeadGroup.kv_rows`` (``h2svc-as-before``: the offsets worked out again on every
+call, a group's heads taken by index, copied; the two changes undone in the same run). Per policy:
+prefill and compress ms per chunk (the ChunkReport's; median and 10th percentile over the chunks
+after the first ``--skip``), and the decoder forwards a chunk takes.
 
 ``--profile``: a further H2SVC session (unit by unit) fed the same stream under cProfile (one
 thread); the functions where its prefill spends its time go into the JSON, and its prefill split
@@ -40,7 +42,7 @@ from streamcache_ros.engine.prefill import prefill_steps
 
 SEED = accuracy.ACCURACY_SEED
 POLICIES = ("fifo", "uniform", "hermes", "h2svc", "h2svc-chunk")  # h2svc-chunk: unit_by_unit false
-# the stores of the sessions whose next offsets are worked out on every call (h2svc-recompute)
+# the stores of the sessions whose next offsets are worked out on every call (h2svc-as-before)
 RECOMPUTED: set[int] = set()
 MEMO = "_offsets" in KVStore._adopt.__code__.co_names  # the stores keep their next offsets
 
@@ -63,14 +65,18 @@ def sessions_for(adapter, look, head_map_path: str, fraction: float, labels=None
     full_longest = g.prefix + math.ceil(max(accuracy.LENGTHS) / g.frames_per_unit) * g.tokens_per_unit
     out = {}
     RECOMPUTED.clear()
-    for label in labels or POLICIES + (("h2svc-recompute",) if MEMO else ()):
+    for label in labels or POLICIES + (("h2svc-as-before",) if MEMO else ()):
         policy = label.split("-")[0]
         knobs = accuracy.policy_knobs(policy, fraction * full_longest, g)
         if label == "h2svc-chunk":
             knobs = {**knobs, "unit_by_unit": False}
         out[label] = (accuracy.make_session(adapter, policy, knobs, head_map_path), knobs)
-        if label == "h2svc-recompute":
-            RECOMPUTED.update(id(store) for store in out[label][0].policy.storage.stores())
+        if label == "h2svc-as-before":
+            storage = out[label][0].policy.storage
+            RECOMPUTED.update(id(store) for store in storage.stores())
+            for groups in storage.groups:
+                for group in groups:
+                    group.span = None
     return out, g
 
 
@@ -150,6 +156,7 @@ def run_model(model: str, args) -> tuple[list[dict], dict]:
                      "forwards_per_chunk": forwards_per_chunk(session, g.tokens_per_unit, chunks[-1]["tokens"]),
                      "prefill_ms": common.median(c["prefill_ms"] for c in steady),
                      "prefill_ms_mean": sum(c["prefill_ms"] for c in steady) / len(steady),
+                     "prefill_ms_p10": sorted(c["prefill_ms"] for c in steady)[len(steady) // 10],
                      "compress_ms": common.median(c["compress_ms"] for c in steady),
                      "kv_bytes": status.cache.kv_bytes})
     fifo = next(r["prefill_ms"] for r in rows if r["policy"] == "fifo")
@@ -184,7 +191,8 @@ def main(argv=None) -> None:
         model_rows, details[model] = run_model(model, args)
         rows += model_rows
     columns = [("model", "model"), ("policy", "policy"), ("forwards_per_chunk", "forwards/chunk"),
-               ("prefill_ms", "prefill ms/chunk"), ("prefill_vs_fifo", "x fifo"), ("compress_ms", "compress ms/chunk")]
+               ("prefill_ms", "prefill ms/chunk"), ("prefill_ms_p10", "p10"), ("prefill_vs_fifo", "x fifo"),
+               ("compress_ms", "compress ms/chunk")]
     payload = {"args": {k: str(v) if isinstance(v, pathlib.Path) else v for k, v in vars(args).items()},
                "rows": rows, "models": details, "seconds": time.perf_counter() - started}
     if args.before:
@@ -195,6 +203,7 @@ def main(argv=None) -> None:
         for row in rows:
             was = old.get((row["model"], row["policy"]))
             row["prefill_ms_before"] = was["prefill_ms"] if was else None
+            row["prefill_ms_p10_before"] = was.get("prefill_ms_p10") if was else None
             row["compress_ms_before"] = was["compress_ms"] if was else None
         columns[3:3] = [("prefill_ms_before", "prefill ms before")]
         columns += [("compress_ms_before", "compress ms before")]
