@@ -1,6 +1,8 @@
 """Eviction in place, by runs against by index: FIFO's and uniform's compression per chunk at a 7B
 model's shapes, the kept slots moved by slice copies of their runs (``KVStore._move``, the default)
-and, in the same run, by index_select alone (``store.MIN_RUN`` past any run: the path before runs).
+and, in the same run, by index_select alone (``store.MIN_RUN`` past any run: the path before runs),
+and as before both changes (index_select, and the units a chunk evicted found through the whole
+``stats()`` accounting rather than ``CacheStorage.held_units``).
 
 The streams are bench/cache_cost.py's (random K/V of the real shapes, a chunk of 16 frames, budget
 6000); the four variants take turns a chunk each (lock step), so a change in the machine's load
@@ -22,8 +24,11 @@ import common
 import torch
 
 from streamcache_ros.engine.cache import store as store_module
+from streamcache_ros.engine.cache.storage import CacheStorage
 
-PATHS = {"runs": None, "index_select": 1 << 62}  # store.MIN_RUN while a variant runs (None: as it is)
+# per path: store.MIN_RUN while a variant runs (None: as it is), and whether the policy finds the
+# units a chunk evicted through the whole accounting (stats(), before held_units) as it once did
+PATHS = {"runs": (None, False), "index_select": (1 << 62, False), "before": (1 << 62, True)}
 
 
 class MoveTimer:
@@ -51,17 +56,21 @@ class MoveTimer:
         return False
 
 
-def on_path(chunks, min_run: int | None, timer: MoveTimer):
-    """``chunks`` (cache_cost.stream) with ``store.MIN_RUN`` set while each chunk runs, each record
-    with the keep() time of its chunk."""
+def on_path(chunks, path: tuple[int | None, bool], timer: MoveTimer):
+    """``chunks`` (cache_cost.stream) with ``store.MIN_RUN`` set (and the evicted units found through
+    ``stats()`` where the path says so) while each chunk runs, each record with the keep() time of
+    its chunk."""
+    min_run, by_stats = path
     while True:
-        saved = store_module.MIN_RUN
+        saved, held_units = store_module.MIN_RUN, CacheStorage.held_units
         store_module.MIN_RUN = saved if min_run is None else min_run
+        if by_stats:
+            CacheStorage.held_units = lambda storage: storage.stats().units
         timer.ms = 0.0
         try:
             record = next(chunks, None)
         finally:
-            store_module.MIN_RUN = saved
+            store_module.MIN_RUN, CacheStorage.held_units = saved, held_units
         if record is None:
             return
         yield {**record, "move_ms": timer.ms}

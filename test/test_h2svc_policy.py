@@ -451,3 +451,12 @@ def test_empty_ratios_take_the_head_maps_own_and_a_setting_overrides_them(tmp_pa
     given.setup(geometry)
     assert given.ratios == [0.25, 0.25, 0.5] and given.bank_id.flatten().tolist().count(2) == 2
     assert given.config_dict()["ratios"] != by_map.config_dict()["ratios"]  # a snapshot of one is not the other's
+
+
+def test_held_units_are_the_units_stats_lists(tmp_path):
+    policy = make(tmp_path, [[0, 1], [2, 2]], w_s=2, w_w=3, n_e=4)
+    stream = Stream(policy)
+    for unit in range(12):
+        stream.frame(unit)
+        assert policy.storage.held_units() == policy.stats().units
+    assert policy.storage.held_units() != list(range(12))  # some were evicted

@@ -342,9 +342,9 @@ class CachePolicy(abc.ABC):
     def after_chunk(self, context: ChunkContext) -> ChunkOutcome:
         """Bring the cache back to budget after a chunk was prefilled (``compress``); the outcome
         lists the units that left the cache."""
-        held = set(self.stats().units)
+        held = set(self.storage.held_units())
         outcome = self.compress(context)
-        outcome.evicted_units = sorted(held - set(self.stats().units))
+        outcome.evicted_units = sorted(held - set(self.storage.held_units()))
         return outcome
 
     def max_position(self, clock: int | None = None) -> float:

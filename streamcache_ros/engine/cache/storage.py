@@ -121,6 +121,18 @@ class CacheStorage(abc.ABC):
                           units=[int(u) for u in units.tolist() if u >= 0], max_position=self.max_position(),
                           bank_tokens=bank_tokens, extra={"kv_reserved_bytes": sum(s.reserved_bytes for s in stores)})
 
+    def held_units(self) -> list[int]:
+        """The video units with a token held anywhere, ascending: what ``stats().units`` lists,
+        without the rest of the accounting (the policy asks before and after every chunk)."""
+        rows = [s.units.flatten() for s in self.stores()]
+        video = torch.cat(rows) if rows else torch.empty(0, dtype=torch.long)
+        video = video[video >= 0]
+        if not video.numel():
+            return []
+        seen = torch.zeros(int(video.max()) + 1, dtype=torch.bool, device=video.device)
+        seen[video] = True
+        return torch.nonzero(seen).flatten().tolist()
+
     def unit_tokens(self) -> UnitTokens:
         """Tokens held per video unit and row (a layer's shared store is one row, a head one)."""
         rows = [row for store in self.stores() for row in (store.units[None] if store.shared else store.units)]
