@@ -68,14 +68,15 @@ def ask(session, q, stream) -> tuple[bool, float, int]:
 
 def run_stream(adapter, seed: int, frames: int, policies: tuple[str, ...], fraction: float, folder: pathlib.Path,
                recall_chunks: int, marks: list[int] | None = None, trace_every: int = 0,
-               trace: list[dict] | None = None) -> list[dict]:
+               trace: list[dict] | None = None, budget_tokens: int = 0, head_map_path: str = "") -> list[dict]:
     points = sorted(set(marks or hour_points(frames)) | {REFERENCE_FRAMES})
     stream = world.make_long_stream(seed, frames, question_points=points)
-    g = geometry_for(adapter, stream.look, "")
+    g = geometry_for(adapter, stream.look, head_map_path)
     full_tokens = g.prefix + EQUAL_BYTES_AT / g.frames_per_unit * g.tokens_per_unit
+    target = g.prefix + budget_tokens if budget_tokens else fraction * full_tokens
     sessions = {}
     for policy in policies:
-        session = make_session(adapter, policy, policy_knobs(policy, fraction * full_tokens, g))
+        session = make_session(adapter, policy, policy_knobs(policy, target, g), head_map_path)
         identity = {"model_id": adapter.model_id, "config_hash": adapter.config_hash}
         settings = ArchiveSettings(str(folder / f"{seed}-{policy}"), recall_chunks=recall_chunks)
         session.attach_archive(Archive.open(settings, identity, owner=f"bench/{policy}"))
@@ -190,6 +191,8 @@ def main(argv=None) -> int:
     parser.add_argument("--streams", type=int, default=4)
     parser.add_argument("--policies", nargs="+", default=["fifo", "uniform", "hermes"])
     parser.add_argument("--fraction", type=float, default=1 / 8)
+    parser.add_argument("--budget-tokens", type=int, default=0,
+                        help="instead of --fraction: video tokens per layer for every policy (the node's budget_tokens)")
     parser.add_argument("--recall-chunks", type=int, default=4)
     parser.add_argument("--marks", type=int, nargs="+", default=None,
                         help="stream lengths at which to ask (default: six even marks, and 128)")
@@ -199,13 +202,18 @@ def main(argv=None) -> int:
     parser.add_argument("--name", default="", help="the JSON's name (default archive_recall-<model>-<frames>)")
     args = parser.parse_args(argv)
     adapter = load(args.model)
+    from streamcache_ros.engine.models import resolve_model_path  # noqa: PLC0415
+
+    head_map = pathlib.Path(resolve_model_path(args.model)) / "h2svc_head_map.json"
+    head_map_path = str(head_map) if head_map.is_file() else ""  # h2svc needs the model's own
     folder = pathlib.Path(tempfile.mkdtemp(prefix="archive-bench-"))
     records, trace = [], []
     started = time.perf_counter()
     try:
         for s in range(args.streams):
             records += run_stream(adapter, SEED + s, args.frames, tuple(args.policies), args.fraction, folder,
-                                  args.recall_chunks, args.marks, args.trace_every, trace)
+                                  args.recall_chunks, args.marks, args.trace_every, trace, args.budget_tokens,
+                                  head_map_path)
             print(f"stream {s + 1}/{args.streams} done, {time.perf_counter() - started:.0f} s", flush=True)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
@@ -214,6 +222,7 @@ def main(argv=None) -> int:
     name = args.name or f"archive_recall-{args.model}-{args.frames}"
     path = write_json(name, {"model": args.model, "frames": args.frames, "streams": args.streams,
                              "policies": args.policies, "fraction": args.fraction,
+                             "budget_tokens": args.budget_tokens,
                              "recall_chunks": args.recall_chunks, "marks": args.marks, "summary": summary,
                              "trace": trace, "records": records,
                              "wall_s": round(time.perf_counter() - started, 1)}, args.out)
