@@ -53,3 +53,16 @@ def test_the_factory_builds_it_with_the_node_s_parameters():
     with pytest.raises(ConfigError, match="parameter 'budget_tokens': 1 cannot hold one frame"):
         build_session({"policy": "uniform", "budget_tokens": 1, "model_path": "tiny-llava_onevision",
                        "device": "cpu"})
+
+
+def test_config_file_lists_every_parameter_with_its_default():
+    import pathlib
+
+    import yaml
+
+    from streamcache_ros.engine.cache import policy_parameters
+
+    root = pathlib.Path(__file__).resolve().parents[1]
+    params = yaml.safe_load((root / "config" / "uniform.yaml").read_text())["/**"]["ros__parameters"]
+    assert params["policy"] == "uniform" and params["budget_tokens"] == 0
+    assert params["uniform"] == policy_parameters("uniform")
