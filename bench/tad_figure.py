@@ -79,6 +79,7 @@ def main() -> int:
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", nargs="+", default=["world-qwen2_5_vl", "world-llava_onevision",
+                                                         "world-wide-qwen2_5_vl", "world-wide-llava_onevision",
                                                          "tiny-qwen2_5_vl", "tiny-llava_onevision"])
     parser.add_argument("--out", type=pathlib.Path, default=ROOT / "bench" / "reported" / "tad.json")
     parser.add_argument("--figure", type=pathlib.Path, default=ROOT / "bench" / "figures" / "tad.png")
