@@ -32,6 +32,7 @@ import numpy as np
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import accuracy  # noqa: E402
 from common import RESULTS, table, write_json  # noqa: E402
+from policy_diagnosis import window_checks  # noqa: E402
 
 from streamcache_ros import world  # noqa: E402
 
@@ -59,13 +60,7 @@ def one_stream(adapter, seed: int, frames: int) -> list[dict]:
         out.append({"kind": f"{q.kind}@window", **ask(session, stream, q, q.window)})
     for q in stream.questions(frames, rng, COMPARED):
         out.append({"kind": q.kind, **ask(session, stream, q)})
-    for _ in range(WINDOWS):
-        first = int(rng.integers(0, frames - accuracy.WINDOW_FRAMES + 1))
-        last = first + accuracy.WINDOW_FRAMES - 1
-        for kind, q in (("hard_negative", world.ask_seen_hard_negative(stream, frames, first, last, rng)),
-                        ("seen@8", world.ask_seen_in_window(stream, frames, first, last, rng))):
-            if q is not None:
-                out.append({"kind": kind, **ask(session, stream, q, (first, last))})
+    out += window_checks(session, stream, frames, WINDOWS, rng)  # hard negatives and seen@8, as the diagnosis asks
     return [{"seed": seed, **r} for r in out]
 
 
@@ -75,8 +70,8 @@ def summarise(records: list[dict]) -> dict:
         groups[r["kind"]].append(r)
     out = {}
     for kind, rows in sorted(groups.items()):
-        if kind == "hard_negative":  # the share answered yes, which is wrong here
-            hits = sum(r["said"] == "yes" for r in rows)
+        if kind == "seen_hard":  # the share answered yes, which is wrong here
+            hits = sum(r["said_yes"] for r in rows)
             out["hard_negative_false_yes"] = {"n": len(rows), "rate": hits / len(rows),
                                               "ci95": accuracy.wilson(hits, len(rows))}
         else:

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from test_world_models import FLOOR, accuracy_of, feed, questions, streams
+from test_world_models import FLOOR, accuracy_of, answers, feed, full_session, questions, streams
 
-from streamcache_ros.engine import Session, SessionConfig, load_adapter, make_policy
+from streamcache_ros.engine import load_adapter
 from streamcache_ros.engine.factory import resolve_head_map
 from streamcache_ros.engine.models import bundled_model_names
 
@@ -46,9 +46,9 @@ def test_full_cache_accuracy_stays_above_the_small_models_floor():
     adapter = load_adapter(WIDE[0], device="cpu", dtype="float32")
     truth, given = [], []
     for stream in streams():
-        session = Session(adapter, make_policy("full"), SessionConfig(chunk_frames=8))
+        session = full_session(adapter)
         feed(session, stream)
-        given += [session.ask(q.text, q.options).option_index for q in questions(stream)]
+        given += answers(session, stream)
         truth += [q.answer_index for q in questions(stream)]
     accuracy = accuracy_of(given, truth)
     assert len(truth) >= 40
