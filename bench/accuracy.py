@@ -552,7 +552,7 @@ def print_hour(hour: dict, position_range: int) -> None:
 
 
 def main(argv=None) -> int:
-    from streamcache_ros.engine.models import DEFAULT_MODEL  # noqa: PLC0415
+    from streamcache_ros.engine.adapters.models import DEFAULT_MODEL  # noqa: PLC0415
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default=DEFAULT_MODEL)
@@ -590,7 +590,7 @@ def main(argv=None) -> int:
     adapter = load(args.model)
     from streamcache_ros.engine.adapters import read_model_settings  # noqa: PLC0415
     from streamcache_ros.engine.cache import POLICIES as REGISTERED  # noqa: PLC0415
-    from streamcache_ros.engine.models import resolve_model_path  # noqa: PLC0415
+    from streamcache_ros.engine.adapters.models import resolve_model_path  # noqa: PLC0415
 
     folder = pathlib.Path(resolve_model_path(args.model))
     head_map_path = str(folder / "h2svc_head_map.json") if (folder / "h2svc_head_map.json").is_file() else ""

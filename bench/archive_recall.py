@@ -35,7 +35,7 @@ from accuracy import (LAST_SEEN_TOLERANCE_S, geometry_for, hour_points, load, ma
 from common import ROOT, table, write_json  # noqa: E402
 
 from streamcache_ros import world  # noqa: E402
-from streamcache_ros.engine.archive import Archive, ArchiveSettings  # noqa: E402
+from streamcache_ros.engine.recall.archive import Archive, ArchiveSettings  # noqa: E402
 
 SEED = 510_000_000
 OPTION_KINDS = ("first_color", "first_shape", "seen")
@@ -202,7 +202,7 @@ def main(argv=None) -> int:
     parser.add_argument("--name", default="", help="the JSON's name (default archive_recall-<model>-<frames>)")
     args = parser.parse_args(argv)
     adapter = load(args.model)
-    from streamcache_ros.engine.models import resolve_model_path  # noqa: PLC0415
+    from streamcache_ros.engine.adapters.models import resolve_model_path  # noqa: PLC0415
 
     head_map = pathlib.Path(resolve_model_path(args.model)) / "h2svc_head_map.json"
     head_map_path = str(head_map) if head_map.is_file() else ""  # h2svc needs the model's own

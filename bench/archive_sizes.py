@@ -26,7 +26,7 @@ from common import table, write_json  # noqa: E402
 
 from streamcache_ros import world  # noqa: E402
 from streamcache_ros.engine import Session, SessionConfig  # noqa: E402
-from streamcache_ros.engine.archive import Archive, ArchiveSettings  # noqa: E402
+from streamcache_ros.engine.recall.archive import Archive, ArchiveSettings  # noqa: E402
 from streamcache_ros.engine.cache import make_policy  # noqa: E402
 from streamcache_ros.engine.factory import build_session  # noqa: E402
 

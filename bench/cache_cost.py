@@ -43,7 +43,7 @@ from streamcache_ros.engine.cache.hermes_rules import guidance_prompts
 from streamcache_ros.engine.cache.positions import PositionRangeError
 from streamcache_ros.engine.cache.rope import RotarySpec
 from streamcache_ros.engine.cache.sap import HeadMap, split_counts
-from streamcache_ros.engine.guidance import GuidanceProvider
+from streamcache_ros.engine.ingest.guidance import GuidanceProvider
 
 DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
 

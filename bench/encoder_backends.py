@@ -41,7 +41,7 @@ from streamcache_ros.engine.adapters.llava_onevision import LlavaOnevisionAdapte
 from streamcache_ros.engine.adapters.onnx_export import export_vision_encoder, quiet_exporter_logs  # noqa: E402
 from streamcache_ros.engine.adapters.onnx_vision import OnnxVisionEncoder  # noqa: E402
 from streamcache_ros.engine.adapters.qwen2_5_vl import Qwen25VLAdapter  # noqa: E402
-from streamcache_ros.engine.models import BUNDLED_DIR  # noqa: E402
+from streamcache_ros.engine.adapters.models import BUNDLED_DIR  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
 # Real vision sizes (configs of Qwen/Qwen2.5-VL-3B-Instruct and llava-hf/llava-onevision-qwen2-0.5b-ov-hf)

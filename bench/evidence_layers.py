@@ -98,7 +98,7 @@ def choose(records: list[dict], num_layers: int) -> tuple[dict, list[dict], list
 def main(argv=None) -> int:
     from streamcache_ros.engine import load_adapter  # noqa: PLC0415
     from streamcache_ros.engine.factory import EVIDENCE_LAYERS_FILE  # noqa: PLC0415
-    from streamcache_ros.engine.models import DEFAULT_MODEL, resolve_model_path  # noqa: PLC0415
+    from streamcache_ros.engine.adapters.models import DEFAULT_MODEL, resolve_model_path  # noqa: PLC0415
     from streamcache_ros.engine.session import default_evidence_layers  # noqa: PLC0415
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])

@@ -13,7 +13,7 @@ then with them. Per model and kind:
 - ``free``: the share of free-text answers that are the true option's words (case and end
   punctuation aside);
 - ``right_kind``: the share of free-text answers that are a word of the kind the question asks for
-  (engine/answer_kinds.py, against the bundled world models' vocabulary, whatever the model's own
+  (engine/questions/answer_kinds.py, against the bundled world models' vocabulary, whatever the model's own
   folder declares, so that models without the declaration are judged alike);
 - ``free_over_option``: free / option. The targets: free >= 0.9 of option, right kind >= 0.95.
 
@@ -36,8 +36,8 @@ from common import ROOT, table, write_json  # noqa: E402
 from streamcache_ros import world  # noqa: E402
 from streamcache_ros.engine import QuestionError, Session, SessionConfig, load_adapter, make_policy  # noqa: E402
 from streamcache_ros.engine.adapters import read_model_settings  # noqa: E402
-from streamcache_ros.engine.answer_kinds import AnswerVocabulary, question_kind  # noqa: E402
-from streamcache_ros.engine.models import resolve_model_path  # noqa: E402
+from streamcache_ros.engine.questions.answer_kinds import AnswerVocabulary, question_kind  # noqa: E402
+from streamcache_ros.engine.adapters.models import resolve_model_path  # noqa: E402
 
 ACCURACY_SEED = 500_000_000
 MODELS = ("world-qwen2_5_vl", "world-llava_onevision")

@@ -37,8 +37,8 @@ import torch
 
 from streamcache_ros import world
 from streamcache_ros.engine.cache.store import KVStore
-from streamcache_ros.engine.models import resolve_model_path
-from streamcache_ros.engine.prefill import prefill_steps
+from streamcache_ros.engine.adapters.models import resolve_model_path
+from streamcache_ros.engine.ingest.prefill import prefill_steps
 
 SEED = accuracy.ACCURACY_SEED
 POLICIES = ("fifo", "uniform", "hermes", "h2svc", "h2svc-chunk")  # h2svc-chunk: unit_by_unit false
@@ -120,7 +120,7 @@ def profile_h2svc(adapter, stream, frames: int, head_map_path: str, fraction: fl
     passes, decoder = cumulative("adapters/base.py", "decoder")
     _, attend = cumulative("cache/h2svc.py", "attend")
     units, arrival = cumulative("cache/h2svc.py", "after_prefill")
-    _, prefill_s = cumulative("engine/prefill.py", "prefill_chunk")
+    _, prefill_s = cumulative("engine/ingest/prefill.py", "prefill_chunk")
     split = {"forwards": passes, "units": units, "prefill_ms_per_chunk": 1e3 * prefill_s / len(prefill),
              "pass_ms": 1e3 * decoder / passes, "attend_ms_per_pass": 1e3 * attend / passes,
              "model_ms_per_pass": 1e3 * (decoder - attend) / passes, "stce_arrival_ms_per_unit": 1e3 * arrival / units}

@@ -61,7 +61,7 @@ QUARTERS = 4
 def score_on(session, question: world.Question, units: list[int]) -> int:
     """The option ``session`` picks when its attention sees only ``units`` (with the prefix and the
     question; no summary token): what the session's own ask does with a key filter."""
-    from streamcache_ros.engine.ledger import Selection  # noqa: PLC0415
+    from streamcache_ros.engine.memory.ledger import Selection  # noqa: PLC0415
 
     ids = session.adapter.question_ids(question.text, question.options)
     session.policy.ensure_room(len(ids) + session.config.mc_max_new_tokens)
@@ -393,7 +393,7 @@ def print_tables(summary: dict, keeps: dict, names: list[str], length: int) -> N
 
 
 def main(argv=None) -> int:
-    from streamcache_ros.engine.models import DEFAULT_MODEL, resolve_model_path  # noqa: PLC0415
+    from streamcache_ros.engine.adapters.models import DEFAULT_MODEL, resolve_model_path  # noqa: PLC0415
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default=DEFAULT_MODEL)

@@ -36,7 +36,7 @@ the cache; then the same question twice: TTFT and decode tokens/s (medians); the
 used against the range. ``full`` runs while it fits in memory and in the position range (LLaVA-OV's
 32 768 positions hold 160 frames); beyond, its bytes come from the formula, labelled computed.
 
-Prefill blocks (engine/prefill.py): ``--block-tokens`` runs every policy once per block size, each
+Prefill blocks (engine/ingest/prefill.py): ``--block-tokens`` runs every policy once per block size, each
 its own session in the same lock step, and compares each size's prefill with one forward (0) of the
 same policy at the same length when 0 is among them.
 
@@ -75,7 +75,7 @@ from streamcache_ros.engine.adapters.llava_onevision import LlavaOnevisionAdapte
 from streamcache_ros.engine.adapters.qwen2_5_vl import Qwen25VLAdapter  # noqa: E402
 from streamcache_ros.engine.cache import make_policy  # noqa: E402
 from streamcache_ros.engine.factory import build_policy, chunk_shape  # noqa: E402
-from streamcache_ros.engine.models import BUNDLED_DIR  # noqa: E402
+from streamcache_ros.engine.adapters.models import BUNDLED_DIR  # noqa: E402
 
 REPORTED = common.ROOT / "bench" / "reported"
 FIGURES = common.ROOT / "bench" / "figures"

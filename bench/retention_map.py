@@ -39,7 +39,7 @@ def record(model: str, seed: int, frames: int, fraction: float, size: tuple[int,
     """{panel: [frames looked at, frames] kept shares (NaN: not yet seen)} after every chunk, and
     the knobs each policy ran with."""
     from streamcache_ros.engine import load_adapter  # noqa: PLC0415
-    from streamcache_ros.engine.models import resolve_model_path  # noqa: PLC0415
+    from streamcache_ros.engine.adapters.models import resolve_model_path  # noqa: PLC0415
 
     adapter = load_adapter(model, device="cpu", dtype="float32")
     folder = pathlib.Path(resolve_model_path(model))
@@ -130,7 +130,7 @@ def summary(grid: np.ndarray) -> dict:
 
 
 def main(argv=None) -> int:
-    from streamcache_ros.engine.models import DEFAULT_MODEL  # noqa: PLC0415
+    from streamcache_ros.engine.adapters.models import DEFAULT_MODEL  # noqa: PLC0415
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default=DEFAULT_MODEL)

@@ -172,7 +172,7 @@ def run(args) -> dict:
 def saved_history(domain: int, path: pathlib.Path) -> list[str]:
     """The questions kept in the memory's history (save_memory, then the snapshot file)."""
     from streamcache_ros.client.client import StreamCacheClient  # noqa: PLC0415
-    from streamcache_ros.engine.snapshot_io import read_state  # noqa: PLC0415
+    from streamcache_ros.engine.memory.snapshots import read_state  # noqa: PLC0415
 
     with StreamCacheClient(NS, timeout=60, domain_id=domain) as client:
         if not client.save(path.name).success:  # the node's snapshot_dir is the path's folder

@@ -75,7 +75,7 @@ def plot(summaries: list[dict], path: pathlib.Path) -> None:
 
 def main() -> int:
     from streamcache_ros.engine.cache.sap import HEAD_MAP_FILE  # noqa: PLC0415
-    from streamcache_ros.engine.models import BUNDLED_DIR  # noqa: PLC0415
+    from streamcache_ros.engine.adapters.models import BUNDLED_DIR  # noqa: PLC0415
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", nargs="+", default=["world-qwen2_5_vl", "world-llava_onevision",

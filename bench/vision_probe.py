@@ -31,7 +31,7 @@ from common import add_common_args, table, write_json  # noqa: E402
 
 from streamcache_ros import world  # noqa: E402
 from streamcache_ros.engine import load_adapter  # noqa: E402
-from streamcache_ros.engine.frame_targets import pool_halves, single_frame_tokens  # noqa: E402
+from streamcache_ros.engine.training.frame_targets import pool_halves, single_frame_tokens  # noqa: E402
 
 MODELS = ["world-qwen2_5_vl", "world-llava_onevision"]
 PROBE_SEED = 700_000_000  # no training run, validation, benchmark or test draws these

@@ -54,7 +54,7 @@ def measure(session, question: str, repeats: int) -> dict:
 
 
 def main(argv=None) -> int:
-    from streamcache_ros.engine.models import DEFAULT_MODEL, resolve_model_path  # noqa: PLC0415
+    from streamcache_ros.engine.adapters.models import DEFAULT_MODEL, resolve_model_path  # noqa: PLC0415
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default=DEFAULT_MODEL)

@@ -40,7 +40,7 @@ def spans(frames: list[int]) -> list[tuple[int, int]]:
 
 
 def main(argv=None) -> int:
-    from streamcache_ros.engine.models import DEFAULT_MODEL, resolve_model_path  # noqa: PLC0415
+    from streamcache_ros.engine.adapters.models import DEFAULT_MODEL, resolve_model_path  # noqa: PLC0415
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default=DEFAULT_MODEL)

@@ -38,6 +38,8 @@ PARAMETERS_BEGIN = ("<!-- PARAMETERS: made from the node's declarations by `pyth
                     "edit those, not this -->")
 PARAMETERS_END = "<!-- end of PARAMETERS -->"
 SEARCH_ROOTS = ("", "streamcache_ros/", "streamcache_ros/engine/", "streamcache_ros/engine/cache/",
+                "streamcache_ros/engine/ingest/", "streamcache_ros/engine/stream/", "streamcache_ros/engine/questions/",
+                "streamcache_ros/engine/memory/", "streamcache_ros/engine/recall/", "streamcache_ros/engine/training/",
                 "streamcache_ros/engine/adapters/")
 
 

@@ -9,7 +9,7 @@
    frames against dense per-frame targets (each half's shape and colour, the count), through a
    linear head that is thrown away afterwards. Its result is kept in <work>/vision/ on its own.
 2. **streams**: the whole model on seeded world streams (streamcache_ros/world.py) laid out exactly
-   as the Session asks them (engine/layout.py, engine/training.py): chunks of 8 frames at 1 fps,
+   as the Session asks them (engine/stream/layout.py, engine/training/examples.py): chunks of 8 frames at 1 fps,
    questions after any number of frames, each seeing the stream as it was when asked, a share of
    them over a time window (masked as a windowed ask is). The target is the right option's words,
    then the end-of-turn token. The frame targets stay on as an auxiliary loss.
@@ -49,9 +49,9 @@ sys.path.insert(0, str(ROOT))
 from streamcache_ros import world  # noqa: E402
 from streamcache_ros.engine.adapters import MODEL_SETTINGS_FILE, load_adapter  # noqa: E402
 from streamcache_ros.engine.cache.hermes_rules import GLOBAL_PROMPT, LOCAL_PROMPT  # noqa: E402
-from streamcache_ros.engine.frame_targets import FrameHead, frame_loss, frame_targets, pooled_halves  # noqa: E402
-from streamcache_ros.engine.layout import question_prompt, stream_chunks, unit_members  # noqa: E402
-from streamcache_ros.engine.training import AskedQuestion, example_loss, lay_out_example  # noqa: E402
+from streamcache_ros.engine.training.frame_targets import FrameHead, frame_loss, frame_targets, pooled_halves  # noqa: E402
+from streamcache_ros.engine.stream.layout import question_prompt, stream_chunks, unit_members  # noqa: E402
+from streamcache_ros.engine.training.examples import AskedQuestion, example_loss, lay_out_example  # noqa: E402
 
 FAMILIES = ("qwen2_5_vl", "llava_onevision")
 BUNDLED_NAMES = {"qwen2_5_vl": "world-qwen2_5_vl", "llava_onevision": "world-llava_onevision"}

@@ -25,7 +25,7 @@ os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 from streamcache_ros import world  # noqa: E402
 from streamcache_ros.engine import load_adapter  # noqa: E402
 from streamcache_ros.engine.adapters import ADAPTERS  # noqa: E402
-from streamcache_ros.engine.models import BUNDLED_DIR  # noqa: E402
+from streamcache_ros.engine.adapters.models import BUNDLED_DIR  # noqa: E402
 
 FAMILIES = ["tiny-qwen2_5_vl", "tiny-llava_onevision"]
 REAL_TOKEN_FAMILIES = ["qwen2_5_vl", "llava_onevision"]

@@ -7,9 +7,9 @@ import pytest
 from streamcache_ros import world
 from streamcache_ros.engine import QuestionError
 from streamcache_ros.engine.adapters import read_model_settings
-from streamcache_ros.engine.answer_kinds import AnswerVocabulary, check_free_text, question_kind
+from streamcache_ros.engine.questions.answer_kinds import AnswerVocabulary, check_free_text, question_kind
 from streamcache_ros.engine.errors import ModelLoadError
-from streamcache_ros.engine.models import resolve_model_path
+from streamcache_ros.engine.adapters.models import resolve_model_path
 
 WORLD_KIND = {"now_color": "colour", "now_count": "count", "now_shape": "shape", "first_color": "colour",
               "first_shape": "shape", "seen": "yes_no", "before_color": "colour", "moved": "direction"}

@@ -1,4 +1,4 @@
-"""The archive tier behind a Session (engine/recall.py): questions that reach past the bounded working
+"""The archive tier behind a Session (engine/recall/tier.py): questions that reach past the bounded working
 memory are answered from a replay of archived chunks, exactly as the full cache answers the same
 window of a short stream; the GPU cache is left as it was; a new Session on the same folder answers
 about the frames from before."""
@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 from streamcache_ros import world
-from streamcache_ros.engine.archive import Archive, ArchiveSettings
+from streamcache_ros.engine.recall.archive import Archive, ArchiveSettings
 from streamcache_ros.engine.errors import ArchiveError
 from streamcache_ros.engine.factory import build_session
-from streamcache_ros.engine.models import resolve_model_path
+from streamcache_ros.engine.adapters.models import resolve_model_path
 
 FRAMES = 96
 SEED = 800_000_123  # the tests' seed range (docs/world-models.md)

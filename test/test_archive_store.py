@@ -1,4 +1,4 @@
-"""The archive's store on real files (engine/archive/store.py): chunks round-trip, the bound drops the
+"""The archive's store on real files (engine/recall/archive/store.py): chunks round-trip, the bound drops the
 oldest while the bytes stay flat, the first chunk stays, one node at a time, refusals, a damaged file
 cut with a warning. No model: chunks of random tensors."""
 from __future__ import annotations
@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 import torch
 
-from streamcache_ros.engine.archive import DB_NAME, Archive, ArchiveSettings, EncodedChunk
-from streamcache_ros.engine.archive.store import WAL_LIMIT_BYTES, ArchiveStore
+from streamcache_ros.engine.recall.archive import DB_NAME, Archive, ArchiveSettings, EncodedChunk
+from streamcache_ros.engine.recall.archive.store import WAL_LIMIT_BYTES, ArchiveStore
 from streamcache_ros.engine.errors import ArchiveError
 
 IDENTITY = {"model_id": "world-test", "config_hash": "abc123"}
@@ -104,7 +104,7 @@ def test_a_killed_holder_releases_the_archive(tmp_path):
     code = textwrap.dedent(f"""
         import sys, time
         sys.path.insert(0, {os.getcwd()!r})
-        from streamcache_ros.engine.archive.store import WAL_LIMIT_BYTES, ArchiveStore
+        from streamcache_ros.engine.recall.archive.store import WAL_LIMIT_BYTES, ArchiveStore
         store = ArchiveStore.open({str(tmp_path)!r}, {IDENTITY!r}, owner="/holder")
         print("held", flush=True)
         time.sleep(60)
@@ -201,7 +201,7 @@ def test_the_ram_buffer_stays_within_its_bytes(tmp_path):
 
 
 def test_relevance_scores_each_chunk_by_its_best_unit_whatever_the_mix_of_shapes():
-    from streamcache_ros.engine.archive import relevance
+    from streamcache_ros.engine.recall.archive import relevance
 
     rng = np.random.default_rng(3)
     question = rng.normal(size=(2, 2, 8)).astype(np.float32)  # [layers, kv_heads, d]

@@ -14,7 +14,7 @@ import torch
 from streamcache_ros.engine.cache import PAD_UNIT, PREFIX_UNIT, TEXT_UNIT, ChunkContext, NewTokens
 from streamcache_ros.engine.cache.rope import apply_rotary
 from streamcache_ros.engine.cache.sap import EPISODIC
-from streamcache_ros.engine.guidance import GuidanceProvider
+from streamcache_ros.engine.ingest.guidance import GuidanceProvider
 from conftest import policy_for, states_equal
 
 PREFIX = 5

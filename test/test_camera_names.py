@@ -4,7 +4,7 @@ cameras must name one, and is refused with the list otherwise, the memory unchan
 import pytest
 
 from streamcache_ros.engine import QuestionError, Session, SessionConfig, make_policy
-from streamcache_ros.engine.checks import resolved_camera, short_camera_name
+from streamcache_ros.engine.questions.checks import resolved_camera, short_camera_name
 
 FRONT, REAR = "/front/image_raw", "/robot/rear/image_raw/compressed"
 

@@ -13,8 +13,8 @@ from streamcache_ros.engine.cache import PAD_UNIT, PREFIX_UNIT, TEXT_UNIT, FullC
 from streamcache_ros.engine.cache.clocks import fair_shares, newest_units
 from streamcache_ros.engine.cache.sap import HEAD_MAP_FILE, HeadMap
 from streamcache_ros.engine.factory import build_policy
-from streamcache_ros.engine.models import BUNDLED_DIR
-from streamcache_ros.engine.snapshot_io import SNAPSHOT_FORMAT
+from streamcache_ros.engine.adapters.models import BUNDLED_DIR
+from streamcache_ros.engine.memory.snapshots import SNAPSHOT_FORMAT
 
 from conftest import FAMILIES, make_variant, policy_for
 

@@ -17,7 +17,7 @@ from node_procs import Proc, child_env, client_of, replay_lock_step, tiny_node
 from test_reliability_session import assert_same
 from streamcache_ros import world
 from streamcache_ros.engine import QuestionError, Session, SessionConfig, load_adapter, make_policy
-from streamcache_ros.engine.answer_kinds import question_kind, vocabulary_of
+from streamcache_ros.engine.questions.answer_kinds import question_kind, vocabulary_of
 from streamcache_ros.tools import bagfile
 
 HELD_OUT = 800_000_400  # neither training (100M+), validation (900M+) nor the benchmark (500M+)

@@ -1,11 +1,11 @@
-"""HERMES's embedding guidance (engine/guidance.py): a layer's q/k depend on the prompt and the
+"""HERMES's embedding guidance (engine/ingest/guidance.py): a layer's q/k depend on the prompt and the
 weights alone, so they are projected once and reused while both stay the same; only the layers a
 prompt is read by are projected. What the policy gets must equal a fresh projection bit for bit."""
 import torch
 
 from streamcache_ros.engine import Session, SessionConfig, make_policy
 from streamcache_ros.engine.cache import GuidancePrompt, GuidanceRequest
-from streamcache_ros.engine.guidance import GuidanceProvider
+from streamcache_ros.engine.ingest.guidance import GuidanceProvider
 
 
 class Counting(GuidanceProvider):

@@ -12,7 +12,7 @@ from streamcache_ros.engine import (ChunkError, ConfigError, Session, SessionCon
 from streamcache_ros.engine.cache import policy_parameters
 from streamcache_ros.engine.cache.sap import HEAD_MAP_FILE, HeadMap
 from streamcache_ros.engine.factory import build_policy, build_session
-from streamcache_ros.engine.models import BUNDLED_DIR
+from streamcache_ros.engine.adapters.models import BUNDLED_DIR
 
 from conftest import FAMILIES, make_variant, policy_for
 from test_h2svc_policy import states_equal

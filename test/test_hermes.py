@@ -14,7 +14,7 @@ from streamcache_ros.engine.cache.hermes_rules import guidance_prompts
 from streamcache_ros.engine.cache.rope import apply_rotary
 from streamcache_ros.engine.errors import ConfigError
 from streamcache_ros.engine.factory import build_session
-from streamcache_ros.engine.guidance import GuidanceProvider
+from streamcache_ros.engine.ingest.guidance import GuidanceProvider
 
 from conftest import FAMILIES, make_variant
 

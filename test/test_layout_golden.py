@@ -14,8 +14,8 @@ import torch
 
 from streamcache_ros import world
 from streamcache_ros.engine import Session, SessionConfig, make_policy
-from streamcache_ros.engine.layout import lay_out_stream, stream_chunks, text_positions
-from streamcache_ros.engine.training import AskedQuestion, example_logits, lay_out_example, question_tokens
+from streamcache_ros.engine.stream.layout import lay_out_stream, stream_chunks, text_positions
+from streamcache_ros.engine.training.examples import AskedQuestion, example_logits, lay_out_example, question_tokens
 
 POINTS = [5, 11, 21]
 

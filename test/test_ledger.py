@@ -9,7 +9,7 @@ import torch
 
 from streamcache_ros.engine.cache.base import UnitTokens
 from streamcache_ros.engine.errors import QuestionError
-from streamcache_ros.engine.ledger import UnitLedger, Window
+from streamcache_ros.engine.memory.ledger import UnitLedger, Window
 
 SUMMARY = -2
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from node_procs import HANG_GUARD_S, ROOT, child_env, new_domain, python_module
-from streamcache_ros.engine.models import BUNDLED_DIR
+from streamcache_ros.engine.adapters.models import BUNDLED_DIR
 
 CASES = {
     "unknown policy": (["--ros-args", "-p", "policy:=nosuch"], "parameter 'policy'"),

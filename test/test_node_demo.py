@@ -11,7 +11,7 @@ import pytest
 from node_procs import HANG_GUARD_S, ROOT, child_env, needs_install, new_domain, python_module
 from streamcache_ros import world
 from streamcache_ros.engine import load_adapter
-from streamcache_ros.engine.models import DEFAULT_MODEL
+from streamcache_ros.engine.adapters.models import DEFAULT_MODEL
 from streamcache_ros.tools import bagfile
 
 WAYS = [pytest.param(["--without-launch"], "streamcache_node stopped (exit code 0)", id="console-entries"),

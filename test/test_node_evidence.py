@@ -15,7 +15,7 @@ import pytest
 from node_procs import (HANG_GUARD_S, ROOT, Proc, child_env, client_of, python_module, replay_lock_step, stamp_ns,
                         tiny_node)
 from streamcache_ros import world
-from streamcache_ros.engine.snapshot_io import read_state
+from streamcache_ros.engine.memory.snapshots import read_state
 from streamcache_ros.tools import bagfile
 
 NS = "/sc_when"

@@ -22,7 +22,7 @@ from streamcache_ros_interfaces.srv import Ask
 from node_procs import status_name, HANG_GUARD_S, Proc, child_env, replay_lock_step, stamp_ns, tiny_node
 from raw_ros import request_with_raw_first_string
 from streamcache_ros import world
-from streamcache_ros.engine.snapshot_io import read_state
+from streamcache_ros.engine.memory.snapshots import read_state
 from streamcache_ros.tools import bagfile
 from streamcache_ros.client.client import StreamCacheClient
 from test_reliability_session import assert_same

@@ -1,4 +1,4 @@
-"""A chunk prefilled in blocks (engine/prefill.py) against the same chunk in one forward per step:
+"""A chunk prefilled in blocks (engine/ingest/prefill.py) against the same chunk in one forward per step:
 both families, every policy, chunks whose end triggers a compression. The caches must agree within
 1e-5 in float32 (the same attention, summed in another order), every policy must take the same
 steps (after_prefill, one compression a chunk), and no block may shrink the cache."""
@@ -7,7 +7,7 @@ import torch
 
 from streamcache_ros.engine import ConfigError, Session, SessionConfig
 from streamcache_ros.engine.cache import NewTokens
-from streamcache_ros.engine.prefill import prefill_steps
+from streamcache_ros.engine.ingest.prefill import prefill_steps
 
 from conftest import policy_for
 

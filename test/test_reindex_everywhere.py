@@ -7,7 +7,7 @@ import pytest
 from streamcache_ros.engine import Session, SessionConfig, load_adapter
 from streamcache_ros.engine.cache import PAD_UNIT
 from streamcache_ros.engine.cache.sap import HEAD_MAP_FILE, HeadMap
-from streamcache_ros.engine.models import BUNDLED_DIR
+from streamcache_ros.engine.adapters.models import BUNDLED_DIR
 
 from conftest import FAMILIES, make_variant, policy_for
 

@@ -10,7 +10,7 @@ from diagnostic_msgs.msg import DiagnosticStatus
 from streamcache_ros.engine import ConfigError, Session, SessionConfig, SnapshotError, make_policy
 from streamcache_ros.node import diagnostics
 from streamcache_ros.node.sampler import CameraCounters
-from streamcache_ros.engine.snapshot_io import read_state
+from streamcache_ros.engine.memory.snapshots import read_state
 from streamcache_ros.node.snapshots import SnapshotKeeper, check_path
 from test_node_diagnostics import engine_status, run
 

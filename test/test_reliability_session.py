@@ -11,8 +11,8 @@ import torch
 
 from streamcache_ros.engine import AnswerError, ChunkError, QuestionError, Session, SessionConfig, failpoints
 from streamcache_ros.engine.failpoints import FaultPlan
-from streamcache_ros.engine.snapshot_io import read_state
-from streamcache_ros.engine.turns import TurnLock
+from streamcache_ros.engine.memory.snapshots import read_state
+from streamcache_ros.engine.questions.turns import TurnLock
 
 from conftest import policy_for
 

@@ -1,4 +1,4 @@
-"""Several questions in one forward pass (cache/rows.py, engine/scoring.py): each row computes what
+"""Several questions in one forward pass (cache/rows.py, engine/questions/scoring.py): each row computes what
 it would alone, with every policy on both families, and the cache is as it was afterwards."""
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from streamcache_ros.engine import Session, SessionConfig
-from streamcache_ros.engine.scoring import score_options
+from streamcache_ros.engine.questions.scoring import score_options
 
 from conftest import policy_for, states_equal
 

@@ -6,7 +6,7 @@ import random
 import pytest
 
 from streamcache_ros.engine import Session, SessionConfig, SnapshotError
-from streamcache_ros.engine.snapshot_io import SNAPSHOT_FORMAT
+from streamcache_ros.engine.memory.snapshots import SNAPSHOT_FORMAT
 
 from conftest import policy_for, states_equal
 

@@ -7,8 +7,8 @@ import math
 import pytest
 
 from streamcache_ros.engine import QuestionError, Session, SessionConfig, make_policy
-from streamcache_ros.engine.ledger import UnitInfo, Window
-from streamcache_ros.engine.when import MODES, Found, SearchSettings, answer, search
+from streamcache_ros.engine.memory.ledger import UnitInfo, Window
+from streamcache_ros.engine.questions.when import MODES, Found, SearchSettings, answer, search
 
 from conftest import states_equal
 

@@ -13,7 +13,7 @@ from test_world_models import FLOOR, accuracy_of, answers, feed, full_session, q
 
 from streamcache_ros.engine import load_adapter
 from streamcache_ros.engine.factory import resolve_head_map
-from streamcache_ros.engine.models import bundled_model_names
+from streamcache_ros.engine.adapters.models import bundled_model_names
 
 WIDE = ["world-wide-qwen2_5_vl", "world-wide-llava_onevision"]
 

@@ -35,7 +35,7 @@ class SessionConfig:
     # faster and takes more memory for the pass
     rows_per_pass: int = 64
     # A chunk is prefilled this many tokens at a time at most (0: in one forward), which bounds the
-    # decoder's activations (engine/prefill.py; the default: docs/performance.md "Prefill in blocks")
+    # decoder's activations (engine/ingest/prefill.py; the default: docs/performance.md "Prefill in blocks")
     prefill_block_tokens: int = 128
 
     def largest_question(self, max_position_embeddings: int) -> int:

@@ -14,7 +14,7 @@ import os
 from typing import Any
 
 from .adapters import ModelAdapter, VisionInputs, load_adapter
-from .budget import check_budget, reference_unit, resolved_budget_tokens
+from .parameters import check_budget, reference_unit, resolved_budget_tokens
 from .cache import CachePolicy, ChunkShape, SettingError, policy_class
 from .cache.h2svc import check_head_map
 from .cache.sap import HEAD_MAP_FILE, HeadMap

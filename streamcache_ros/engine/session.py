@@ -23,25 +23,25 @@ from typing import Callable
 
 import numpy as np
 
-from . import answer_kinds, checks
-from . import when as when_search
+from .questions import answer_kinds, checks
+from .questions import when as when_search
 from .adapters import ModelAdapter, match_option
 from .cache import PREFIX_UNIT, SUMMARY_UNIT, CachePolicy
 from .cache.evidence import OFFSET, AttentionMass, retention
 from .cache.positions import PositionRangeError
 from .config import SessionConfig, default_evidence_layers
 from .errors import ChunkError, ConfigError, QuestionError, SnapshotError
-from .archive import Archive, ArchiveSettings
-from .ingest import ChunkPipeline
-from .chunk_queue import ChunkQueue
-from .ledger import Selection, UnitLedger, Window
-from .answering import YES_NO, QuestionRunner
-from .recall import Recall
-from .budget import check_budget, far_above_model_budget, reference_unit, resolved_budget_tokens
-from .snapshot_io import budget_apart, check_identity, check_writable, read_state, write_snapshot
+from .recall.archive import Archive, ArchiveSettings
+from .ingest.pipeline import ChunkPipeline
+from .stream.chunk_queue import ChunkQueue
+from .memory.ledger import Selection, UnitLedger, Window
+from .questions.answering import YES_NO, QuestionRunner
+from .recall.tier import Recall
+from .parameters import check_budget, far_above_model_budget, reference_unit, resolved_budget_tokens
+from .memory.snapshots import budget_apart, check_identity, check_writable, read_state, write_snapshot
 from .status import (Answer, ArchiveStatus, CacheSummary, ChunkReport, DeviceMemory, EngineInfo, EvidenceFrame, Exchange, MemoryCounts,
                      MemoryTimeline, SessionStatus, WatchAnswer, WhenAnswer, process_rss_bytes)
-from .turns import TurnLock
+from .questions.turns import TurnLock
 
 __all__ = ["Session", "SessionConfig"]
 
@@ -509,7 +509,7 @@ class Session:
 
     def budget_warning(self, budget_tokens: int) -> str:
         """'' unless ``budget_tokens`` (as given) is far above the model folder's own budget, for a
-        policy that keeps one (budget.py); then a line naming both."""
+        policy that keeps one (parameters.py); then a line naming both."""
         if not self.policy.settings_class.takes("budget_tokens"):
             return ""
         return far_above_model_budget(int(budget_tokens), self.adapter)

@@ -11,7 +11,7 @@ session (encoding a chunk every chunk_frames), so a frame sampled while a questi
 and is encoded after it. Questions run on the executor's other threads; the
 session's lock serialises them with chunk encoding, and a question flushes the pending frames first,
 so every frame taken before the call is in memory for it; a chunk that falls due while a question
-runs goes before the next question (engine/turns.py), so ingest waits for one question at most.
+runs goes before the next question (engine/questions/turns.py), so ingest waits for one question at most.
 Status timers never wait for the session's lock: they publish the status taken after the last
 chunk / question / reset.
 

@@ -1,7 +1,7 @@
 """The node's questions about time: the `when` service and the standing questions (watch_questions)
 that publish a WatchEvent per chunk (docs/interfaces.md "When", "Standing questions").
 
-Both are translation: the search and the windows are the engine's (engine/when.py, Session.when /
+Both are translation: the search and the windows are the engine's (engine/questions/when.py, Session.when /
 Session.watch). A `when` request the engine refuses (an empty memory, an unknown camera or mode, a
 window with no frame) is answered with the engine's reason, the memory unchanged. Standing questions
 run right after every chunk the session takes in (``Session.on_chunk``): a full chunk on the ingest

@@ -8,8 +8,8 @@ import os
 import torch
 
 from ..errors import ConfigError, ModelLoadError
-from ..layout import OPTIONS_PROMPTS
-from ..models import resolve_model_path
+from ..stream.layout import OPTIONS_PROMPTS
+from .models import resolve_model_path
 from .base import ModelAdapter, VisionEncoder, VisionInputs, match_option
 from .llava_onevision import LlavaOnevisionAdapter
 from .onnx_vision import OnnxVisionEncoder, resolve_onnx_path
@@ -126,7 +126,7 @@ def read_model_settings(path: str) -> dict:
     budget = settings.get("budget_tokens", 0)
     if not isinstance(budget, int) or budget < 0:
         raise ModelLoadError(f"{file}: budget_tokens must be a whole number >= 0, got {budget!r}")
-    from ..answer_kinds import AnswerVocabulary  # noqa: PLC0415 - answer_kinds -> checks -> decoding -> adapters
+    from ..questions.answer_kinds import AnswerVocabulary  # noqa: PLC0415 - answer_kinds -> checks -> decoding -> adapters
 
     try:  # the words the model answers with, by kind (docs/interfaces.md "Free-text answers")
         AnswerVocabulary.from_settings(settings, file)

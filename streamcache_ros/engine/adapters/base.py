@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from ..cache import TEXT_UNIT, CacheGeometry, CachePolicy, FamilyTraits, NewTokens
 from ..cache.attention import resolve_backend
 from ..cache.rope import RotarySpec, apply_rotary
-from ..layout import OPTION_LETTERS, question_prompt, text_positions
+from ..stream.layout import OPTION_LETTERS, question_prompt, text_positions
 
 # Attention of one decoder layer: (layer index, q [B,Hq,Q,D], k [B,Hkv,Q,D], v) -> [B,Hq,Q,D], q and k
 # not yet rotated
@@ -104,7 +104,7 @@ def project_qk(attn: torch.nn.Module, normed: torch.Tensor) -> tuple[torch.Tenso
 def gated_mlp(mlp: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
     """``mlp(x)`` for the families' gated MLP, down(act(gate(x)) * up(x)). Without gradients the
     product is taken in place: two tensors as wide as the MLP exist at once instead of three, the
-    largest part of a prefill block's activations (engine/prefill.py). The same numbers."""
+    largest part of a prefill block's activations (engine/ingest/prefill.py). The same numbers."""
     if torch.is_grad_enabled() or not all(hasattr(mlp, name) for name in ("gate_proj", "up_proj", "down_proj",
                                                                           "act_fn")):
         return mlp(x)

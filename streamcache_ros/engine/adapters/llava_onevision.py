@@ -14,7 +14,7 @@ import torch
 from PIL import Image
 
 from ..cache import FamilyTraits
-from ..layout import sequential_positions
+from ..stream.layout import sequential_positions
 from .base import ModelAdapter, VisionEncoder, VisionInputs
 
 # 1D RoPE; HERMES's mid-layer schedule of the LLaVA reference, omega = 1 - 0.9p and k = 20 - 19.5p,

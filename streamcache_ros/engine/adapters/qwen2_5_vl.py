@@ -12,7 +12,7 @@ import torch
 from PIL import Image
 
 from ..cache import FamilyTraits
-from ..layout import mrope_chunk_positions, padded_members, unit_members
+from ..stream.layout import mrope_chunk_positions, padded_members, unit_members
 from .base import ModelAdapter, VisionEncoder, VisionInputs
 
 # M-RoPE (t, h, w); HERMES's mid-layer schedule of the Qwen reference, omega = 0.75 - 0.6p and

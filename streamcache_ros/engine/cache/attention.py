@@ -112,7 +112,7 @@ def cached_then_causal(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kernel
     queries over the T - Q cached keys, all visible, then over the Q new keys, causally (a square:
     top-left is bottom-right). In the first, a KV head's query heads are stacked along the query
     axis (GQA without copying the cache): G·Q queries and no mask, so the kernel takes the large
-    query blocks it takes for a whole chunk however short the block (engine/prefill.py).
+    query blocks it takes for a whole chunk however short the block (engine/ingest/prefill.py).
     ``kernel(q, k, v, dropout, is_causal) -> (out, lse)``: ``cpu_attention_with_lse``'s signature."""
     batch, q_heads, q_len, dim = q.shape
     kv_heads, cached = k.shape[1], k.shape[2] - q_len

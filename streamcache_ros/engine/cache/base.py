@@ -100,7 +100,7 @@ class NewTokens:
     chunks: torch.Tensor  # [Q] int64: chunk id, -1 for text
     clock: int | None = None
     # the first unit of the prefill step this forward belongs to: a block of a step carries its
-    # step's (engine/prefill.py); None: the smallest unit among ``units``, if any
+    # step's (engine/ingest/prefill.py); None: the smallest unit among ``units``, if any
     first_unit: int | None = None
 
     def arriving_unit(self) -> int | None:

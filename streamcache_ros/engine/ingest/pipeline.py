@@ -18,17 +18,17 @@ import time
 import numpy as np
 import torch
 
-from . import failpoints
-from .adapters import ModelAdapter
-from .archive.keys import chunk_key, unit_keys
-from .archive.record import EncodedChunk
-from .cache import CachePolicy, ChunkContext, ChunkOutcome, NewTokens
-from .cache.positions import PositionRangeError
-from .config import SessionConfig
-from .errors import ChunkError, describe_failure, is_out_of_memory, release_device_memory
+from .. import failpoints
+from ..adapters import ModelAdapter
+from ..recall.archive.keys import chunk_key, unit_keys
+from ..recall.archive.record import EncodedChunk
+from ..cache import CachePolicy, ChunkContext, ChunkOutcome, NewTokens
+from ..cache.positions import PositionRangeError
+from ..config import SessionConfig
+from ..errors import ChunkError, describe_failure, is_out_of_memory, release_device_memory
 from .guidance import GuidanceProvider
-from .ledger import UnitLedger
-from .status import ChunkReport, CompressionOutcome, Exchange
+from ..memory.ledger import UnitLedger
+from ..status import ChunkReport, CompressionOutcome, Exchange
 
 
 class ChunkPipeline:
@@ -172,7 +172,7 @@ class ChunkPipeline:
     def _prefill(self, embeds: torch.Tensor, chunk: NewTokens, tokens_per_unit: int) -> None:
         """The chunk's tokens through the decoder over the cache in blocks of at most
         ``prefill_block_tokens``, after_prefill after the chunk, or after each unit for a policy
-        that evicts between units (engine/prefill.py)."""
+        that evicts between units (engine/ingest/prefill.py)."""
         from .prefill import prefill_chunk  # noqa: PLC0415
 
         hook = failpoints.layer_hook("prefill", chunk=self.attempts, layers=self.policy.geometry.num_layers)

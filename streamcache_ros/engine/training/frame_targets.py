@@ -21,7 +21,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .adapters import ModelAdapter
+from ..adapters import ModelAdapter
 
 NONE = 0  # class 0 of every half target: no object in that half
 HALVES = ("left", "right")

@@ -28,7 +28,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from ..errors import ArchiveError
+from ...errors import ArchiveError
 from .record import ArchivedChunk, EncodedChunk, STORE_DTYPES, pack_tensor, unpack_tensor
 
 FORMAT = 1

@@ -17,9 +17,9 @@ from dataclasses import dataclass
 
 import torch
 
-from .adapters import ModelAdapter
-from .cache import TEXT_UNIT, CachePolicy, NewTokens, QueryRows
-from .layout import text_positions
+from ..adapters import ModelAdapter
+from ..cache import TEXT_UNIT, CachePolicy, NewTokens, QueryRows
+from ..stream.layout import text_positions
 
 
 @dataclass

@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from .errors import SnapshotError
+from ..errors import SnapshotError
 
 SNAPSHOT_FORMAT = 3
 # Older formats, refused with the reason (a snapshot holds positions: they cannot be converted)

@@ -8,8 +8,8 @@ from typing import Callable
 
 import torch
 
-from .adapters import ModelAdapter
-from .cache import CachePolicy
+from ..adapters import ModelAdapter
+from ..cache import CachePolicy
 
 REPLACEMENT_CHARACTER = "\ufffd"  # what a piece of text that ends inside a multi-byte character decodes to
 

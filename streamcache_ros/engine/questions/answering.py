@@ -17,14 +17,14 @@ from dataclasses import dataclass, field
 
 import torch
 
-from . import failpoints
-from .adapters import ModelAdapter
-from .cache import CachePolicy
-from .cache.evidence import AttentionMass
-from .config import SessionConfig
+from .. import failpoints
+from ..adapters import ModelAdapter
+from ..cache import CachePolicy
+from ..cache.evidence import AttentionMass
+from ..config import SessionConfig
 from .decoding import greedy_decode
-from .errors import AnswerError, describe_failure, release_device_memory
-from .ledger import Selection
+from ..errors import AnswerError, describe_failure, release_device_memory
+from ..memory.ledger import Selection
 from .scoring import score_options
 
 YES_NO = ("yes", "no")  # the options a when search or a standing question is asked with

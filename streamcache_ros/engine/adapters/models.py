@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pathlib
 
-BUNDLED_DIR = pathlib.Path(__file__).resolve().parents[1] / "models"
+BUNDLED_DIR = pathlib.Path(__file__).resolve().parents[2] / "models"
 DEFAULT_MODEL = "world-qwen2_5_vl"
 
 

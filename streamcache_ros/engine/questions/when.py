@@ -26,8 +26,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Callable
 
-from .ledger import UnitInfo, Window
-from .status import WhenAnswer
+from ..memory.ledger import UnitInfo, Window
+from ..status import WhenAnswer
 
 MODES = ("last", "first", "timeline")
 YES = 0.5  # a window answers yes when P(yes) reaches this

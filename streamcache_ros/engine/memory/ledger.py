@@ -20,8 +20,8 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from .errors import QuestionError
-from .status import EvidenceFrame, FrameRetention, MemoryCounts
+from ..errors import QuestionError
+from ..status import EvidenceFrame, FrameRetention, MemoryCounts
 
 
 @dataclass

@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass
 
 from .checks import YES_NO_STARTS
-from .errors import QuestionError
+from ..errors import QuestionError
 
 # The kinds, in the order a message names them, each with what a person calls it and the way of
 # asking that says so (the rules below)

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import torch
 
-from .adapters.base import ModelAdapter, project_qk
-from .cache import CachePolicy, GuidancePass, GuidanceRequest
-from .cache.positions import PositionRangeError
+from ..adapters.base import ModelAdapter, project_qk
+from ..cache import CachePolicy, GuidancePass, GuidanceRequest
+from ..cache.positions import PositionRangeError
 
 
 class QKRecorder:

@@ -13,8 +13,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .adapters import ModelAdapter
-from .layout import StreamLayout, lay_out_stream, stream_chunks
+from ..adapters import ModelAdapter
+from ..stream.layout import StreamLayout, lay_out_stream, stream_chunks
 
 
 @dataclass

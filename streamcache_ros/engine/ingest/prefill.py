@@ -22,8 +22,8 @@ from typing import Callable
 
 import torch
 
-from .adapters.base import ModelAdapter
-from .cache import CachePolicy, NewTokens
+from ..adapters.base import ModelAdapter
+from ..cache import CachePolicy, NewTokens
 
 
 def prefill_steps(total: int, tokens_per_unit: int, unit_by_unit: bool, block_tokens: int) -> list[list[slice]]:

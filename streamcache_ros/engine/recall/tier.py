@@ -19,8 +19,8 @@ from dataclasses import dataclass
 import torch
 
 from .archive import Archive, ArchivedChunk, question_vector
-from .cache import make_policy
-from .ledger import Window
+from ..cache import make_policy
+from ..memory.ledger import Window
 
 
 @dataclass
@@ -146,7 +146,7 @@ class Recall:
     def _replay(self, rows: list[ArchivedChunk], recalled: int) -> Replay | None:
         if not rows:
             return None
-        from .session import Session  # noqa: PLC0415 - a Session builds its Recall
+        from ..session import Session  # noqa: PLC0415 - a Session builds its Recall
 
         session = self.session
         scratch = Session(session.adapter, make_policy("full"), session.config)

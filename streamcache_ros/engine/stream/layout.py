@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .cache.positions import next_offset
-from .cache.units import PREFIX_UNIT
+from ..cache.positions import next_offset
+from ..cache.units import PREFIX_UNIT
 from .chunk_queue import ChunkQueue
 
 # The question layout of HERMES's reference (docs/hermes.md, "Prompts"): no newline after

@@ -12,9 +12,9 @@ import re
 import numpy as np
 
 from .decoding import REPLACEMENT_CHARACTER
-from .errors import FrameError, QuestionError
-from .layout import OPTION_LETTERS
-from .ledger import Window
+from ..errors import FrameError, QuestionError
+from ..stream.layout import OPTION_LETTERS
+from ..memory.ledger import Window
 
 # A question longer than this many characters per allowed token cannot fit: refused before the
 # tokenizer sees it (a megabyte string must not cost a tokenizer pass).
