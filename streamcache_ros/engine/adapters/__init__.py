@@ -10,6 +10,7 @@ import torch
 from ..errors import ConfigError, ModelLoadError
 from ..stream.layout import OPTIONS_PROMPTS
 from .models import resolve_model_path
+from .vocabulary import AnswerVocabulary
 from .base import ModelAdapter, VisionEncoder, VisionInputs, match_option
 from .llava_onevision import LlavaOnevisionAdapter
 from .onnx_vision import OnnxVisionEncoder, resolve_onnx_path
@@ -126,8 +127,6 @@ def read_model_settings(path: str) -> dict:
     budget = settings.get("budget_tokens", 0)
     if not isinstance(budget, int) or budget < 0:
         raise ModelLoadError(f"{file}: budget_tokens must be a whole number >= 0, got {budget!r}")
-    from ..questions.answer_kinds import AnswerVocabulary  # noqa: PLC0415 - answer_kinds -> checks -> decoding -> adapters
-
     try:  # the words the model answers with, by kind (docs/interfaces.md "Free-text answers")
         AnswerVocabulary.from_settings(settings, file)
     except ValueError as err:

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from .base import (CacheGeometry, CachePolicy, CacheStats, ChunkContext, ChunkOutcome, ChunkShape, FamilyTraits,
-                   GuidancePass, GuidancePrompt, GuidanceRequest, NewTokens)
+from .base import CachePolicy
+from .types import (CacheGeometry, CacheStats, ChunkContext, ChunkOutcome, ChunkShape, FamilyTraits, GuidancePass,
+                    GuidancePrompt, GuidanceRequest, NewTokens)
 from .fifo import FifoCachePolicy
 from .full import FullCachePolicy
 from .h2svc import H2svcPolicy

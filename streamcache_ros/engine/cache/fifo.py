@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .base import ChunkContext, ChunkOutcome
+from .types import ChunkContext, ChunkOutcome
 from .clocks import camera_share_setting, fair_shares
 from .instant import instant_setting
 from .layerwise import LayerwisePolicy, LayerwiseSettings, budget_setting

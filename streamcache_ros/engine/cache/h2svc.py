@@ -33,7 +33,8 @@ from typing import Any
 import torch
 
 from .attention import cached_attention, head_rows_attention
-from .base import CacheGeometry, CachePolicy, CacheStats, ChunkContext, ChunkOutcome, ChunkShape, NewTokens
+from .base import CachePolicy
+from .types import CacheGeometry, CacheStats, ChunkContext, ChunkOutcome, ChunkShape, NewTokens
 from .clocks import NO_CLOCK, camera_share_setting, newest_units, stored_clock
 from .instant import InstantWindow, instant_setting
 from .positions import ReindexSettings, renumber

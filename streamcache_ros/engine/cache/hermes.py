@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .base import ChunkContext, ChunkOutcome, GuidancePass, GuidancePrompt, GuidanceRequest, NewTokens
+from .types import ChunkContext, ChunkOutcome, GuidancePass, GuidancePrompt, GuidanceRequest, NewTokens
 from .clocks import NO_CLOCK, camera_share_setting, clocks_held, fair_shares, on_clock
 from .hermes_rules import (DEEP, GLOBAL_PROMPT, LOCAL_PROMPT, MID, ROLE_PROMPT, SHALLOW, frame_keep_indices,
                            guidance_attention, guidance_prompts, keep_indices, layer_budget, layer_roles, layer_split,

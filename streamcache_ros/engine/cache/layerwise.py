@@ -11,7 +11,8 @@ from typing import Any
 import torch
 
 from .attention import cached_attention
-from .base import CachePolicy, CacheStats, ChunkContext, ChunkOutcome, ChunkShape, NewTokens
+from .base import CachePolicy
+from .types import CacheStats, ChunkContext, ChunkOutcome, ChunkShape, NewTokens
 from .clocks import clocks_held, stored_clock
 from .instant import InstantWindow
 from .positions import MROPE_MODES, ReindexSettings, renumber

@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 import torch
 
-from .base import CacheGeometry, CacheStats, NewTokens, UnitTokens
+from .types import CacheGeometry, CacheStats, NewTokens, UnitTokens
 from .rope import apply_rotary
 from .store import KVStore, Renumber
 from .units import PAD_UNIT, PREFIX_UNIT

@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from .base import ChunkContext, ChunkOutcome
+from .types import ChunkContext, ChunkOutcome
 from .clocks import camera_share_setting, fair_shares
 from .instant import instant_setting
 from .layerwise import LayerwisePolicy, LayerwiseSettings, budget_setting

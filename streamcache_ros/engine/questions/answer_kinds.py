@@ -15,16 +15,13 @@ circle?"). Plain functions on strings: no model, no ROS.
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
+from ..adapters.vocabulary import KIND_NAMES, AnswerVocabulary, words_of
 from .checks import YES_NO_STARTS
 from ..errors import QuestionError
 
-# The kinds, in the order a message names them, each with what a person calls it and the way of
-# asking that says so (the rules below)
-KIND_NAMES = {"colour": "a colour", "shape": "a shape", "count": "a number", "yes_no": "yes or no",
-              "direction": "a direction"}
+# the way of asking for each kind of answer
 KIND_ASKED_BY = {"colour": "'What color ...?'", "shape": "'What shape ...?'", "count": "'How many ...?'",
                  "yes_no": "'Did you see ...?'", "direction": "'Which way ...?'"}
 
@@ -42,14 +39,9 @@ QUESTION_RULES: tuple[tuple[str, tuple[str, ...]], ...] = (
 # ("Is it red or blue?" is not answered yes or no)
 
 
-def _words(text: str) -> list[str]:
-    """Lower-case words: letters, digits and apostrophes, every other character a space."""
-    return re.sub(r"[^\w']+", " ", text.lower().replace("\u2019", "'")).split()
-
-
 def question_kind(question: str) -> str:
     """The kind of answer ``question`` asks for (a key of KIND_NAMES), or "" when no rule says."""
-    words = _words(question)
+    words = words_of(question)
     padded = f" {' '.join(words)} "
     for kind, phrases in QUESTION_RULES:
         if any(f" {phrase} " in padded for phrase in phrases):
@@ -57,68 +49,6 @@ def question_kind(question: str) -> str:
     if words and words[0] in YES_NO_STARTS and " or " not in padded:
         return "yes_no"
     return ""
-
-
-def _normalised_answer(text: str) -> str:
-    return " ".join(_words(text)).strip("'")
-
-
-@dataclass(frozen=True)
-class AnswerVocabulary:
-    """The words a model answers with, by kind (``streamcache.json``'s ``"answers"``)."""
-
-    words: dict[str, tuple[str, ...]]
-    # every word the model's questions were trained with (``"question_words"``); empty: not declared
-    question_words: frozenset[str] = frozenset()
-
-    @classmethod
-    def from_settings(cls, settings: dict, source: str = "streamcache.json") -> AnswerVocabulary | None:
-        """The vocabulary ``settings`` declares (None: none); ValueError naming ``source`` when the
-        block is not a map from known kinds to lists of words, or a word has two kinds."""
-        block = settings.get("answers")
-        if block is None:
-            return None
-        if not isinstance(block, dict) or not block:
-            raise ValueError(f"{source}: answers must map answer kinds ({', '.join(KIND_NAMES)}) to lists of words")
-        words: dict[str, tuple[str, ...]] = {}
-        owner: dict[str, str] = {}
-        for kind, listed in block.items():
-            if kind not in KIND_NAMES:
-                raise ValueError(f"{source}: answers has an unknown kind '{kind}' (kinds: {', '.join(KIND_NAMES)})")
-            if not isinstance(listed, list) or not listed or not all(isinstance(w, str) and w.strip() for w in listed):
-                raise ValueError(f"{source}: answers.{kind} must be a non-empty list of words")
-            normalised = tuple(_normalised_answer(w) for w in listed)
-            for word in normalised:
-                if owner.setdefault(word, kind) != kind:
-                    raise ValueError(f"{source}: answers lists '{word}' under both {owner[word]} and {kind}")
-            words[kind] = normalised
-        known = settings.get("question_words", [])
-        if not isinstance(known, list) or not all(isinstance(w, str) and w.strip() for w in known):
-            raise ValueError(f"{source}: question_words must be a list of words")
-        return cls({kind: words[kind] for kind in KIND_NAMES if kind in words},
-                   frozenset(w for word in known for w in _words(word)))
-
-    @property
-    def kinds(self) -> tuple[str, ...]:
-        return tuple(self.words)
-
-    def answer_kind(self, text: str) -> str:
-        """The kind whose word the whole answer is (case, spaces and end punctuation aside); "" for
-        anything else, another word or a sentence."""
-        said = _normalised_answer(text)
-        return next((kind for kind, words in self.words.items() if said in words), "")
-
-    def unknown_words(self, question: str) -> list[str]:
-        """The words of ``question`` the model's questions never used (none when not declared)."""
-        if not self.question_words:
-            return []
-        return list(dict.fromkeys(w for w in _words(question) if w not in self.question_words))
-
-    def describe(self) -> str:
-        """What the model answers, for a message: "a colour (red, green), a number (0, 1) or yes or no"."""
-        parts = [KIND_NAMES[kind] + ("" if kind == "yes_no" else f" ({', '.join(words)})")
-                 for kind, words in self.words.items()]
-        return parts[0] if len(parts) == 1 else f"{', '.join(parts[:-1])} or {parts[-1]}"
 
 
 @dataclass(frozen=True)
@@ -156,7 +86,7 @@ def check_free_text(question: str, options: list[str], vocabulary: AnswerVocabul
     if options or vocabulary is None:
         return FreeText("", None)
     expected = question_kind(question)
-    unknown = vocabulary.unknown_words(question)
+    unknown = vocabulary.unknownwords_of(question)
     if expected in vocabulary.words and not unknown:
         return FreeText(expected, vocabulary)
     if expected in vocabulary.words:  # a kind it answers, about things it never saw named
@@ -167,7 +97,7 @@ def check_free_text(question: str, options: list[str], vocabulary: AnswerVocabul
         asked = "does not ask for any kind of answer it knows"
     ways = ", ".join(KIND_ASKED_BY[kind] for kind in vocabulary.kinds)
     when = (" A 'When ...?' question is answered by the `when` service, from a yes/no question such as "
-            "'Did you see a red circle?'." if _words(question)[:1] == ["when"] else "")
+            "'Did you see a red circle?'." if words_of(question)[:1] == ["when"] else "")
     raise QuestionError(f"'{question.strip()[:80]}' {asked}: {model_id} answers only {vocabulary.describe()}, "
                         f"to questions asked as {ways} (its folder's streamcache.json, docs/world-models.md).{when} "
                         "Nothing was encoded or forgotten")
