@@ -103,7 +103,7 @@ source "$ROOT/scripts/env.sh"
 python - <<'PY'
 import rclpy, torch, transformers
 from streamcache_ros_interfaces.srv import Ask
-from streamcache_ros.engine import models
+from streamcache_ros.engine.adapters import models
 print(f"[setup] ok: rclpy, torch {torch.__version__}, transformers {transformers.__version__}, "
       f"interfaces; bundled models: {', '.join(models.bundled_model_names())}")
 PY
