@@ -48,11 +48,11 @@ EQUAL_BYTES_AT = 512
 @contextlib.contextmanager
 def working_memory_only(session):
     """The archive detached for one question: what the bounded working memory alone answers."""
-    recall, session.recall = session.recall, None
+    archive, session.memory.archive = session.memory.archive, None
     try:
         yield
     finally:
-        session.recall = recall
+        session.memory.archive = archive
 
 
 def ask(session, q, stream) -> tuple[bool, float, int]:

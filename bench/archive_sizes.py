@@ -63,8 +63,8 @@ def measured_recall(model: str, repeats: int) -> dict:
         stream = world.make_stream(510_999_000, 64)
         for i in range(64):
             session.add_frame(stream.frame(i), stream.stamp(i))
-        archive = session.recall.archive
-        rows = archive.store.rows()
+        archive = session.memory.archive
+        rows = archive.rows()
         tokens = rows[-1].tokens_per_unit * len(rows[-1].unit_frames)
         kv_bytes = 2 * geometry.num_layers * geometry.num_kv_heads * geometry.head_dim * tokens * 2
         blob_db = sqlite3.connect(pathlib.Path(folder) / "kv.sqlite")

@@ -9,7 +9,7 @@ import pytest
 
 from streamcache_ros import world
 from streamcache_ros.engine.recall.archive import Archive, ArchiveSettings
-from streamcache_ros.engine.errors import ArchiveError
+from streamcache_ros.engine.errors import ArchiveError, ConfigError
 from streamcache_ros.engine.factory import build_session
 from streamcache_ros.engine.adapters.models import resolve_model_path
 
@@ -127,6 +127,25 @@ def test_standing_answers_are_kept_beside_their_chunk(stream, tmp_path):
     for i in range(8):
         report = session.add_frame(stream.frame(i), stream.stamp(i))
     answers = session.watch(["Did you see a red circle?"], report)
-    (row,) = session.recall.archive.store.rows()
+    (row,) = session.memory.archive.rows()
     assert row.watch == {"Did you see a red circle?": pytest.approx(answers[0].yes_probability, abs=1e-4)}
     session.close_archive()
+
+
+def test_build_session_opens_the_archive_a_folder_names_and_refuses_one_in_use(stream, tmp_path):
+    """The factory builds the archive tier as it builds the policy: every front end gets it from
+    ``archive_path``; a folder held by another session is a ConfigError naming archive_path, with
+    the holder's name; bad archive numbers are refused before a model loads."""
+    params = {"model_path": model("qwen2_5_vl"), "policy": "uniform", "budget_tokens": 48,
+              "archive_path": str(tmp_path), "recall_chunks": 2, "archive_owner": "/robot/memory"}
+    session = build_session(params)
+    feed(session, stream, range(16))
+    assert session.status().archive.chunks == 2 and session.archive_warnings() == []
+    with pytest.raises(ConfigError, match="archive_path") as refused:
+        build_session({**params, "archive_owner": "/robot/other"})
+    assert "/robot/memory" in str(refused.value)
+    session.close_archive()
+    assert build_session({**params, "archive_path": ""}).status().archive is None
+    for name, value in (("recall_chunks", -1), ("archive_max_bytes", 0)):
+        with pytest.raises(ConfigError, match=name):
+            build_session({**params, "model_path": "/no/such/model", name: value})

@@ -26,9 +26,9 @@ def memory_state(session: Session) -> dict:
                     for k, v in session.policy.state_dict().items()}
     waiting = {camera: [(stamp, frame.tobytes()) for frame, stamp in batch]
                for camera, batch in session._pending.pending.items()}
-    archive = session.recall.archive
+    archive = session.memory.archive
     stats = archive.stats()
-    rows = [(r.chunk_id, r.camera, r.stamps, r.pinned, r.bytes, r.watch) for r in archive.store.rows()]
+    rows = [(r.chunk_id, r.camera, r.stamps, r.pinned, r.bytes, r.watch) for r in archive.rows()]
     return {"ledger": copy.deepcopy(session.ledger.state_dict()), "policy": policy_state,
             "kv_bytes": session.policy.stats().kv_bytes, "kv_tokens": session.policy.stats().kv_tokens,
             "waiting": waiting, "pending_frames": session.pending_frames(),

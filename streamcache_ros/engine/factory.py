@@ -19,7 +19,7 @@ from .cache import CachePolicy, ChunkShape, SettingError, policy_class
 from .cache.h2svc import check_head_map
 from .cache.sap import HEAD_MAP_FILE, HeadMap
 from .cache.settings import GENERAL, GENERAL_NAMES, INHERITED
-from .errors import ConfigError
+from .errors import ArchiveError, ConfigError
 from .config import SessionConfig
 from .parameters import ENGINE_DEFAULTS, REFERENCE_FRAME, family_aliases
 from .session import Session
@@ -184,13 +184,19 @@ def model_evidence_layers(adapter: ModelAdapter) -> tuple[int, ...]:
 
 
 def build_session(params: dict[str, Any]) -> Session:
-    """Load the model and make the session; raises ConfigError / ModelLoadError with clear text.
-    ``camera_topics`` (optional) names the cameras a question may ask about."""
+    """Load the model and make the session, its archive opened when ``archive_path`` names a folder;
+    raises ConfigError / ModelLoadError with clear text. ``camera_topics`` (optional) names the
+    cameras a question may ask about; ``archive_owner`` (optional) who holds the archive's lock
+    (a node's full name), named to another that finds it held."""
     p = {**ENGINE_DEFAULTS, **params}
     cls = registered_policy(str(p["policy"]))  # the one look-up: refused before the model loads
     if float(p["sample_fps"]) <= 0:
         raise ConfigError("sample_fps", f"must be > 0, got {p['sample_fps']}")
     config = session_config(p)  # checks its own values before the model loads
+    if int(p["recall_chunks"]) < 0:
+        raise ConfigError("recall_chunks", f"must be >= 0, got {p['recall_chunks']}")
+    if int(p["archive_max_bytes"]) < 1:
+        raise ConfigError("archive_max_bytes", f"must be >= 1, got {p['archive_max_bytes']}")
     adapter = load_adapter(str(p["model_path"]), device=str(p["device"]), dtype=str(p["dtype"]),
                            attention=str(p["attention"]), sample_fps=float(p["sample_fps"]),
                            vision_backend=str(p["vision_backend"]), vision_onnx_path=str(p["vision_onnx_path"]),
@@ -198,4 +204,11 @@ def build_session(params: dict[str, Any]) -> Session:
     if not config.evidence_layers:
         config = dataclasses.replace(config, evidence_layers=model_evidence_layers(adapter))
     p["budget_tokens"] = resolved_budget_tokens(int(p["budget_tokens"]), adapter)
-    return Session(adapter, policy_of_class(adapter, cls, p, config), config)
+    session = Session(adapter, policy_of_class(adapter, cls, p, config), config)
+    if str(p["archive_path"]):
+        try:
+            session.open_archive(str(p["archive_path"]), int(p["archive_max_bytes"]), int(p["recall_chunks"]),
+                                 owner=str(p.get("archive_owner", "")))
+        except ArchiveError as err:  # held by another node, another model's, other cameras: nothing opened
+            raise ConfigError("archive_path", str(err)) from None
+    return session

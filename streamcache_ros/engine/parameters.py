@@ -112,6 +112,15 @@ ENGINE_PARAMETERS: dict[str, ParameterInfo] = {
                                     "the cache and the blocks before it; the result equals one forward): bounds a "
                                     "chunk's activation memory on an edge board; 0 = the whole chunk in one forward "
                                     "(docs/performance.md)", 0, None),
+    # the archive tier (recall/; docs/archive.md): opened by build_session, so every front end gets it
+    "archive_path": _P("", "The archive (docs/archive.md): every chunk also kept on disk, recalled by questions that "
+                           "reach past the working memory, kept across restarts; a folder, '' = off"),
+    "archive_max_bytes": _P(DEFAULT_ARCHIVE_MAX_BYTES, "The archive's bound in bytes: past it the oldest chunks go "
+                                                       "(the first chunk of each camera stays)", 1, None),
+    "recall_chunks": _P(0, "Archived chunks a question with no time window brings back for its relevance, beside the "
+                           "stream's first and newest chunks, answered over that short replay (0 = none: the working "
+                           "memory answers it; windows and when reach the archive either way; docs/archive.md "
+                           "\"Recall\")", 0, 64),
 }
 # what build_session takes when a parameter is not given
 ENGINE_DEFAULTS: dict[str, Any] = {name: info.default for name, info in ENGINE_PARAMETERS.items()}
@@ -206,3 +215,30 @@ def check_budget(adapter: ModelAdapter, budget: int, per_unit: int) -> None:
     if budget < per_unit:
         raise ConfigError("budget_tokens", f"{budget} cannot hold one frame: a {REFERENCE_FRAME[1]}x"
                                            f"{REFERENCE_FRAME[0]} frame is {per_unit} tokens on {adapter.model_id}")
+
+
+# -- what a running stream may take (Session.tune and the node's parameter callback)
+def check_tunable(policy, name: str, value) -> None:
+    """ConfigError when ``Session.tune`` cannot take ``value`` for ``name`` under ``policy``."""
+    if name == "max_new_tokens" and int(value) < 1:
+        raise ConfigError("max_new_tokens", f"must be >= 1, got {value}")
+    if name == "sample_fps" and not float(value) > 0:
+        raise ConfigError("sample_fps", f"must be > 0, got {value}")
+    if name == "budget_tokens" and not policy.settings_class.takes("budget_tokens"):
+        raise ConfigError("budget_tokens", f"is not used by policy {policy.name}: it keeps no token budget")
+
+
+def check_runtime(adapter: ModelAdapter, policy, name: str, value) -> None:
+    """ConfigError when the running stream cannot take ``value`` for the runtime parameter ``name``:
+    what ``check_tunable`` refuses, and a budget that cannot hold one reference frame."""
+    check_tunable(policy, name, value)
+    if name == "budget_tokens":
+        check_budget(adapter, int(value), reference_unit(adapter).tokens_per_unit)
+
+
+def budget_warning(adapter: ModelAdapter, policy, budget_tokens: int) -> str:
+    """'' unless ``budget_tokens`` (as given) is far above the model folder's own budget, for a
+    policy that keeps one; then a line naming both (``far_above_model_budget``)."""
+    if not policy.settings_class.takes("budget_tokens"):
+        return ""
+    return far_above_model_budget(int(budget_tokens), adapter)

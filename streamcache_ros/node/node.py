@@ -46,7 +46,7 @@ from streamcache_ros_interfaces.action import Ask as AskAction
 from streamcache_ros_interfaces.msg import MemoryStatus, WatchEvent
 from streamcache_ros_interfaces.srv import Ask, LoadMemory, MemoryTimeline, ResetMemory, SaveMemory, WatchQuestion, When
 
-from ..engine import FAILPOINTS_ENV, ArchiveError, ConfigError, ModelLoadError, arm_failpoints, build_session
+from ..engine import FAILPOINTS_ENV, ConfigError, ModelLoadError, arm_failpoints, build_session
 from ..engine.status import ChunkReport
 from . import params
 from .cameras import CameraInput, Cameras
@@ -144,7 +144,9 @@ class StreamCacheNode(LifecycleNode):
         faults = arm_failpoints()  # before the model loads: a typo fails fast
         self.values = values
         topics = {name: self.resolve_topic_name(name) for name in values["camera_topics"]}
-        session = build_session({**params.engine_params(values), "camera_topics": list(topics.values())})
+        archive = archive_folder(str(values["archive_path"]), self.get_fully_qualified_name())
+        session = build_session({**params.engine_params(values), "camera_topics": list(topics.values()),
+                                 "archive_path": archive, "archive_owner": self.get_fully_qualified_name()})
         info = session.info()
         self.shown_budget.show_in_force(session, int(values["budget_tokens"]), info.policy)
         far = session.budget_warning(int(values["budget_tokens"]))
@@ -159,7 +161,7 @@ class StreamCacheNode(LifecycleNode):
         if restored:
             log = self.get_logger().error if snapshots.state == "refused" else self.get_logger().info
             log(restored)
-        self._open_archive(session, values)
+        self._log_archive(session, archive)
         self._made_publishers = {attr: self.create_publisher(kind, topic, qos) for attr, kind, topic, qos in PUBLISHERS}
         if self.diagnostics is None:  # the Updater declares its parameter: made once per node
             self.diagnostics = NodeDiagnostics(self, self._engine_view)
@@ -176,18 +178,11 @@ class StreamCacheNode(LifecycleNode):
             f"chunk_frames {info.chunk_frames}; images via {self.cameras.converter.backend}, "
             f"diagnostics via {self.diagnostics.backend}")
 
-    def _open_archive(self, session, values: dict) -> None:
-        """The archive tier (docs/archive.md), one folder per node; a refusal (held by another running
-        node, another model's, other cameras) is a configure error naming archive_path."""
-        folder = archive_folder(str(values["archive_path"]), self.get_fully_qualified_name())
+    def _log_archive(self, session, folder: str) -> None:
+        """What opening the archive (build_session, one folder per node) mended, and what it kept."""
         if not folder:
             return
-        try:
-            mended = session.open_archive(folder, int(values["archive_max_bytes"]), int(values["recall_chunks"]),
-                                          owner=self.get_fully_qualified_name())
-        except ArchiveError as err:
-            raise ConfigError("archive_path", str(err)) from None
-        for warning in mended:
+        for warning in session.archive_warnings():
             self.get_logger().warning(warning)
         kept = session.status().archive.chunks
         if kept:

@@ -18,7 +18,7 @@ from rclpy.parameter import Parameter
 from rclpy.validate_topic_name import validate_topic_name
 
 from ..engine.errors import ConfigError
-from ..engine.parameters import DEFAULT_ARCHIVE_MAX_BYTES, ParameterInfo, engine_parameters, setting_parameters
+from ..engine.parameters import ParameterInfo, engine_parameters, setting_parameters
 from .image_conversion import DEFAULT_MAX_PIXELS
 from .snapshots import DEFAULT_ARCHIVE, default_snapshot_dir
 
@@ -51,16 +51,11 @@ NODE_SPECS: dict[str, Spec] = {
     "reset_on_time_jump": Spec(False, "Forget the memory when a camera's stamps jump back by more than one "
                                       "sampling period (a bag loop); false keeps it and restarts sampling",
                                runtime=True),
+    # the engine's archive_path, with the node's own default: one folder per node
     "archive_path": Spec(DEFAULT_ARCHIVE, "The archive (docs/archive.md): every chunk also kept on disk, recalled by "
                                           "questions that reach past the working memory, kept across restarts; a "
                                           "folder, '' = off, 'default' = <ROS home>/streamcache/archive/<the node's "
                                           "full name>, one per node"),
-    "archive_max_bytes": Spec(DEFAULT_ARCHIVE_MAX_BYTES, "The archive's bound in bytes: past it the oldest chunks go "
-                                                         "(the first chunk of each camera stays)", 1),
-    "recall_chunks": Spec(0, "Archived chunks a question with no time window brings back for its relevance, beside "
-                             "the stream's first and newest chunks, answered over that short replay (0 = none: the "
-                             "working memory answers it; windows and when reach the archive either way; "
-                             "docs/archive.md \"Recall\")", 0, 64),
     "watch_questions": Spec([], "Standing yes/no questions, each asked over the window of every chunk just encoded; "
                                 "every answer is published on watch_events (WatchEvent)", runtime=True),
 }
@@ -71,7 +66,8 @@ RUNTIME_CONSTRAINT = "may change while the node runs"  # a runtime parameter's d
 
 def all_specs() -> dict[str, Spec]:
     """Every parameter the node declares: its own, the engine's, the policies' settings."""
-    return {**NODE_SPECS, **engine_parameters(), **setting_parameters()}
+    engine = {name: spec for name, spec in engine_parameters().items() if name not in NODE_SPECS}
+    return {**NODE_SPECS, **engine, **setting_parameters()}
 
 
 def plain(value: Any) -> Any:

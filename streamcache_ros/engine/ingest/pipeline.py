@@ -1,6 +1,6 @@
 """How a chunk runs, and how ingest is doing: encode, prefill, compress, book.
 
-    pipeline = ChunkPipeline(adapter, policy, ledger, config)
+    pipeline = ChunkPipeline(adapter, policy, ledger, config, keep=tier.keep)
     report = pipeline.run(camera, [(rgb, stamp), ...], history)   # under the Session's lock
 
 A chunk's frames go through the adapter's preprocessing and vision encoder, are prefilled through
@@ -9,11 +9,13 @@ compresses (after_chunk), and the ledger books the chunk's units and forgets wha
 fault while encoding or prefilling drops the chunk (the cache is truncated back to its mark); a
 fault while compressing keeps it (every token is in place; the next chunk compresses again). The
 counters say how ingest is doing (the memory diagnostic reads them). No locks here: the Session
-holds its lock around ``run``.
+holds its lock around ``run``. Each chunk booked is handed to ``keep`` (the memory tier, which
+archives it) with its retrieval key, as it is booked: nothing is left on the pipeline for later.
 """
 from __future__ import annotations
 
 import time
+from typing import Callable
 
 import numpy as np
 import torch
@@ -27,13 +29,16 @@ from ..cache.positions import PositionRangeError
 from ..config import SessionConfig
 from ..errors import ChunkError, describe_failure, is_out_of_memory, release_device_memory
 from .guidance import GuidanceProvider
+from .prefill import prefill_chunk
 from ..memory.ledger import UnitLedger
 from ..status import ChunkReport, CompressionOutcome, Exchange
 
 
 class ChunkPipeline:
-    def __init__(self, adapter: ModelAdapter, policy: CachePolicy, ledger: UnitLedger, config: SessionConfig):
+    def __init__(self, adapter: ModelAdapter, policy: CachePolicy, ledger: UnitLedger, config: SessionConfig,
+                 keep: Callable[[EncodedChunk, object, int], None] | None = None):
         self.adapter, self.policy, self.ledger, self.config = adapter, policy, ledger, config
+        self.keep = keep  # called with (encoded chunk, retrieval key, chunk id) once a chunk is booked
         self.guidance = GuidanceProvider(adapter)  # computes what a policy's guidance_request asks for
         self.key_layers: tuple[int, ...] = ()  # layers whose keys make a chunk's retrieval key (archive on)
         self.attempts = 0  # every chunk started, failed or not (failpoint plans count these)
@@ -44,13 +49,11 @@ class ChunkPipeline:
         self.last_error = ""
         self.stopped = ""  # why chunks are not taken in (the position range is full), "" while they are
         self.last: ChunkReport | None = None
-        self.last_encoded: EncodedChunk | None = None
-        self.last_key = None
 
     def run(self, camera: str, batch: list[tuple[np.ndarray, float]], history: list[Exchange]) -> ChunkReport:
         """Encode, prefill and compress one chunk of ``camera``'s (frame, stamp) pairs; ``history``:
         the past exchanges a policy's guidance may read. Raises ChunkError (``kept`` says whether
-        the frames stayed in memory). ``last_encoded`` then holds what the archive keeps of it."""
+        the frames stayed in memory); a chunk booked (compressed or not) has gone to ``keep``."""
         stamps = [float(stamp) for _, stamp in batch]
         return self._run(camera, stamps, history, lambda source, clock: self._encode(camera, batch, stamps, clock))
 
@@ -64,7 +67,7 @@ class ChunkPipeline:
         self.attempts += 1
         source = f"chunk of {len(stamps)} frame(s) from '{camera or 'default'}'"
         started = time.perf_counter()
-        encoded, times = self._take_in(encode, source, self.ledger.clock(camera))
+        encoded, key, times = self._take_in(encode, source, self.ledger.clock(camera))
         chunk_id = self.ledger.next_chunk
         unit_frames = {self.ledger.next_unit + i: tuple(f) for i, f in enumerate(encoded.unit_frames)}
         compress_error = None
@@ -79,7 +82,8 @@ class ChunkPipeline:
         times.append(time.perf_counter())
         self.ledger.book_chunk(camera, encoded.unit_stamps(), encoded.tokens_per_unit)
         self.encoded += 1
-        self.last_encoded = encoded
+        if self.keep is not None:  # kept even when its compression failed: its frames are in memory
+            self.keep(encoded, key, chunk_id)
         # the units that left the cache: the outcome lists them; after a failed compression the
         # cache says what it still holds
         if compress_error is None:
@@ -112,10 +116,11 @@ class ChunkPipeline:
         return EncodedChunk(camera, stamps, [tuple(f) for f in inputs.unit_frames], inputs.tokens_per_unit,
                             embeds[0] if embeds.dim() == 3 else embeds, rel)
 
-    def _take_in(self, encode, source: str, clock: int) -> tuple[EncodedChunk, list[float]]:
+    def _take_in(self, encode, source: str, clock: int) -> tuple[EncodedChunk, object, list[float]]:
         """The chunk encoded (``encode(source, clock)``) and prefilled into the cache on its camera's
         position ``clock`` (numbered as if the camera were alone, seeing only its own tokens:
-        cache/clocks.py); returns it and the times the two steps ended. On any fault the cache is
+        cache/clocks.py); returns it, its retrieval key (None without key layers) and the times the
+        two steps ended. On any fault the cache is
         truncated back and ChunkError raised."""
         policy = self.policy
         mark = policy.mark()
@@ -128,8 +133,8 @@ class ChunkPipeline:
             unit_ids = torch.arange(first, first + encoded.num_units)
             chunk = NewTokens(rel, unit_ids.repeat_interleave(encoded.tokens_per_unit),
                               torch.full((rel.shape[1],), self.ledger.next_chunk, dtype=torch.long), clock)
-            self._prefill(encoded.embeds, chunk, encoded.tokens_per_unit)
-            return encoded, [done_encoding, time.perf_counter()]
+            key = self._prefill(encoded.embeds, chunk, encoded.tokens_per_unit)
+            return encoded, key, [done_encoding, time.perf_counter()]
         except PositionRangeError as err:
             policy.truncate(mark)
             raise self._range_full(source, err) from err
@@ -169,12 +174,11 @@ class ChunkPipeline:
         self.stopped = message
         return ChunkError(message, position_range=True)
 
-    def _prefill(self, embeds: torch.Tensor, chunk: NewTokens, tokens_per_unit: int) -> None:
+    def _prefill(self, embeds: torch.Tensor, chunk: NewTokens, tokens_per_unit: int):
         """The chunk's tokens through the decoder over the cache in blocks of at most
         ``prefill_block_tokens``, after_prefill after the chunk, or after each unit for a policy
-        that evicts between units (engine/ingest/prefill.py)."""
-        from .prefill import prefill_chunk  # noqa: PLC0415
-
+        that evicts between units (engine/ingest/prefill.py). Returns the chunk's retrieval key at
+        ``key_layers`` (None without them)."""
         hook = failpoints.layer_hook("prefill", chunk=self.attempts, layers=self.policy.geometry.num_layers)
         seen: dict[int, list[tuple[torch.Tensor, torch.Tensor]]] = {layer: [] for layer in self.key_layers}
 
@@ -183,7 +187,7 @@ class ChunkPipeline:
                 seen[layer].append((k.detach(), new.units))
         prefill_chunk(self.adapter, self.policy, embeds, chunk, tokens_per_unit, self.config.prefill_block_tokens, hook,
                       observe if seen else None)
-        self.last_key = chunk_key([unit_keys(torch.cat([k for k, _ in parts], dim=2), torch.cat([u for _, u in parts]))
+        return chunk_key([unit_keys(torch.cat([k for k, _ in parts], dim=2), torch.cat([u for _, u in parts]))
                                    for parts in seen.values()]) if seen else None
 
     def _guidance(self, history: list[Exchange], context: ChunkContext):

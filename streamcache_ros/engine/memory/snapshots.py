@@ -11,11 +11,14 @@ import hashlib
 import io
 import os
 import threading
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from ..errors import SnapshotError
+from ..status import Exchange
+from .ledger import UnitLedger
 
 SNAPSHOT_FORMAT = 3
 # Older formats, refused with the reason (a snapshot holds positions: they cannot be converted)
@@ -137,3 +140,52 @@ def check_identity(path: str, state: dict[str, Any], identity: dict[str, Any]) -
                 theirs = ", ".join(f"{k}={theirs.get(k)!r}" for k in keys)
                 ours = ", ".join(f"{k}={ours.get(k)!r}" for k in keys)
             raise SnapshotError(f"snapshot '{path}' was made with {key} {theirs!r}; this node runs {ours!r}")
+
+
+@dataclass
+class SavedMemory:
+    """A snapshot read and checked against the running memory, nothing of it applied yet."""
+
+    state: dict[str, Any]
+    ledger: dict[str, Any]  # UnitLedger.read_state's
+    history: list[Exchange]
+    their_budget: int | None  # made at another budget_tokens (``budget_apart``), else None
+
+
+def read_memory(path: str, identity: dict[str, Any], cameras: tuple[str, ...]) -> SavedMemory:
+    """The snapshot at ``path``, refused (SnapshotError) when it is not one, is damaged, was made with
+    another model or policy (or policy parameters other than the budget), or holds frames of
+    cameras not in ``cameras`` (when given). Everything is read before anything is replaced."""
+    state = read_state(path)
+    their_budget = budget_apart(state, identity)  # made at another budget: loaded, then brought to ours
+    check_identity(path, state, identity if their_budget is None else
+                   {**identity, "policy_config": {**identity["policy_config"], "budget_tokens": their_budget}})
+    try:
+        ledger = UnitLedger.read_state(state)
+        history = [Exchange(**x) for x in state["history"]]
+    except Exception as err:  # noqa: BLE001 - a file of the right format with the wrong content
+        raise SnapshotError(f"snapshot '{path}' has unreadable bookkeeping ({type(err).__name__}: {err})") from None
+    held = list(dict.fromkeys(info.camera for info in ledger["units"].values()))
+    foreign = [camera for camera in held if camera not in cameras]
+    if cameras and foreign:
+        raise SnapshotError(f"snapshot '{path}' holds frames of camera(s) {', '.join(repr(c) for c in foreign)} "
+                            f"that this node does not have (its cameras: {', '.join(repr(c) for c in cameras)}); "
+                            "the memory is unchanged: load it where those cameras are configured")
+    return SavedMemory(state, ledger, history, their_budget)
+
+
+def load_policy_state(policy, saved: SavedMemory, path: str) -> None:
+    """The snapshot's cache into ``policy``, or SnapshotError with the policy as it was. A memory
+    made at another budget loads at its own; the next chunk's compression brings it to ours."""
+    backup = policy.state_dict()
+    our_budget = policy.config_dict().get("budget_tokens")
+    try:
+        if saved.their_budget is not None:
+            policy.set_budget(saved.their_budget)
+        policy.load_state_dict(saved.state["policy_state"])
+    except Exception as err:  # noqa: BLE001 - whatever the policy finds wrong with the tensors
+        policy.load_state_dict(backup)
+        raise SnapshotError(f"snapshot '{path}' does not fit this cache: {err}") from None
+    finally:
+        if saved.their_budget is not None:
+            policy.set_budget(our_budget)

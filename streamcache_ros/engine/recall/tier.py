@@ -1,64 +1,110 @@
-"""Questions that reach past the working memory, answered from a short replay of archived chunks.
+"""The memory tier: what a question reads, the working memory or a replay of archived chunks, and
+how far back its answer reaches.
 
-    recall = Recall(session, archive)
-    recall.keep()                                     # after each chunk: it goes to the archive
-    replay = recall.for_ask(ids, camera, window)      # None: the working memory answers
+    tier = MemoryTier(adapter, policy, ledger, make_scratch)
+    tier.attach(archive, key_layers)                  # from now on every chunk also goes to the archive
+    tier.keep(encoded, key, chunk_id)                 # ingest hands each chunk over as it is booked
+    replay = tier.plan_ask(ids, camera, window, clock)   # None: the working memory answers
     answer = replay.session.ask(...)                  # a short stream of the recalled chunks
+    since, evicted = tier.reach(camera, window, held, archive_read=True)
 
 The working memory answers a question whose window it holds whole. One whose window reaches older
 frames, or one with no window when older frames lie in the archive and ``recall_chunks`` > 0, is
 answered over a *replay*: the chunks the archive plans for it (archive/plan.py), prefilled again in
-time order into a scratch full cache, as the start of a short stream, then dropped. The models judge
-a short window best, and the GPU working memory is left exactly as it was (docs/archive.md "Recall").
+time order into a scratch memory that ``make_scratch`` makes (a full cache, the start of a short
+stream), then dropped. The models judge a short window best, and the GPU working memory is left
+exactly as it was (docs/archive.md "Recall"). The tier speaks to the archive through its own
+methods only, and to the working memory through the ledger and the policy's accounting.
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any, Callable, Iterator, Protocol
 
 import torch
 
-from .archive import Archive, ArchivedChunk, question_vector
-from ..cache import make_policy
-from ..memory.ledger import Window
+from ..cache import CachePolicy
+from ..cache.evidence import retention
+from ..memory.ledger import UnitLedger, Window
+from ..errors import QuestionError
+from ..status import MemoryCounts, MemoryTimeline
+from .archive import Archive, ArchivedChunk, EncodedChunk, question_vector
+
+# standing answers are noted for the newest chunks only: older ones have left the ledger's window
+WATCHED_CHUNKS = 64
+
+
+class ScratchMemory(Protocol):
+    """A memory a replay is prefilled into (the Session over a full cache is one)."""
+
+    def take_in(self, chunk: EncodedChunk) -> Any: ...
 
 
 @dataclass
 class Replay:
-    session: "object"  # a Session over the replayed chunks alone
+    session: Any  # the scratch memory over the replayed chunks alone; questions are asked of it
     chunks: list[ArchivedChunk]
     recalled: int  # of them, the chunks brought back for their relevance to the question
 
 
-class Recall:
-    def __init__(self, session, archive: Archive, key_layers: tuple[int, ...]):
-        self.session, self.archive = session, archive
-        self.key_layers = tuple(key_layers)
-        session.chunks.key_layers = self.key_layers
+class MemoryTier:
+    def __init__(self, adapter, policy: CachePolicy, ledger: UnitLedger, make_scratch: Callable[[], ScratchMemory]):
+        self.adapter, self.policy, self.ledger = adapter, policy, ledger
+        self.make_scratch = make_scratch
+        self.archive: Archive | None = None
+        self.key_layers: tuple[int, ...] = ()
         self.archive_ids: dict[int, int] = {}  # the ledger's chunk id -> the archive's, for standing answers
 
-    # -- writing ---------------------------------------------------------------------------------
-    def keep(self) -> None:
-        """The chunk just encoded, into the archive (under the Session's lock)."""
-        chunks = self.session.chunks
-        if chunks.last_encoded is None or chunks.last is None:
+    # -- the archive ------------------------------------------------------------------------------
+    def attach(self, archive: Archive, key_layers: tuple[int, ...]) -> None:
+        """From now on every chunk kept goes to ``archive`` with its retrieval key at ``key_layers``."""
+        self.archive, self.key_layers = archive, tuple(key_layers)
+        self.archive_ids.clear()
+
+    def detach(self) -> Archive | None:
+        archive, self.archive = self.archive, None
+        self.archive_ids.clear()
+        return archive
+
+    def keep(self, chunk: EncodedChunk, key, chunk_id: int) -> None:
+        """A chunk just booked into the working memory, into the archive (ingest calls it)."""
+        if self.archive is None:
             return
-        archive_id = self.archive.add(chunks.last_encoded, chunks.last_key)
-        self.archive_ids[chunks.last.chunk_id] = archive_id
-        for old in [c for c in self.archive_ids if c < chunks.last.chunk_id - 64]:
-            del self.archive_ids[old]  # standing answers come for the newest chunks only
-        chunks.last_encoded = None
+        self.archive_ids[chunk_id] = self.archive.add(chunk, key)
+        for old in [c for c in self.archive_ids if c < chunk_id - WATCHED_CHUNKS]:
+            del self.archive_ids[old]
 
     def note_watch(self, chunk_id: int, answers: dict[str, float]) -> None:
-        if chunk_id in self.archive_ids:
+        if self.archive is not None and chunk_id in self.archive_ids:
             self.archive.note_watch(self.archive_ids[chunk_id], answers)
 
-    # -- what the working memory holds whole -------------------------------------------------------
+    def clear(self) -> None:
+        """Forget the archive's chunks too (the working memory is cleared by its owner)."""
+        if self.archive is not None:
+            self.archive.clear()
+        self.archive_ids.clear()
+
+    # -- the working memory -----------------------------------------------------------------------
+    def counts(self, units=None, window: Window | None = None) -> MemoryCounts:
+        return self.ledger.counts(self.policy.unit_tokens(), self.policy.stats().kv_tokens, units, window)
+
+    def sees(self, camera: str, window: Window | None) -> bool:
+        """Whether the working memory holds a frame a question about ``camera`` over ``window`` sees."""
+        try:
+            self.ledger.visible(camera, window)
+        except QuestionError:
+            return False
+        return True
+
+    def seen_counts(self, camera: str, window: Window | None) -> MemoryCounts | None:
+        """What the working memory holds of ``window`` for ``camera``; None when nothing."""
+        return self.counts(self.ledger.visible(camera, window).units, window) if self.sees(camera, window) else None
+
     def whole_since(self, camera: str = "") -> float:
         """The oldest stamp from which the working memory holds every token of every frame of
         ``camera`` (all cameras when empty) up to now; +inf when not even the newest is whole."""
-        session = self.session
-        ledger, held = session.ledger, session.policy.unit_tokens()
+        ledger, held = self.ledger, self.policy.unit_tokens()
         column = {u: i for i, u in enumerate(held.units.tolist())}
         fewest = held.counts.min(dim=0).values.tolist() if held.counts.numel() else []
         units = sorted((u for u, info in ledger.units.items() if not camera or info.camera == camera), reverse=True)
@@ -71,9 +117,19 @@ class Recall:
             since, previous = min(since, min(info.stamps)), unit
         return since
 
+    def timeline(self, camera: str, bank_names: list[str]) -> MemoryTimeline:
+        """Every frame still in the working memory (of ``camera`` when given), oldest first, with the
+        share of its tokens each layer (and each H2SVC bank) still holds."""
+        layer_tokens, layer_rows, bank_tokens, bank_rows = retention(self.policy.layer_stores(), self.ledger.next_unit)
+        frames = self.ledger.timeline(layer_tokens, layer_rows, bank_tokens, bank_rows, camera)
+        banks = [bank_names[b] if b < len(bank_names) else str(b) for b in sorted(bank_tokens)]
+        return MemoryTimeline(self.policy.name, len(layer_rows), banks, frames)
+
     # -- planning a question -----------------------------------------------------------------------
-    def for_ask(self, ids: list[int], camera: str, window: Window | None, clock: int | None) -> Replay | None:
+    def plan_ask(self, ids: list[int], camera: str, window: Window | None, clock: int | None) -> Replay | None:
         """The replay a question needs, or None when the working memory answers it."""
+        if self.archive is None:
+            return None
         whole_since = self.whole_since(camera)
         if window is not None:
             if not self._archive_reaches(window, camera, whole_since):
@@ -87,19 +143,20 @@ class Recall:
         rows, recalled = self.archive.for_question(self._question(ids, clock), camera, before=whole_since)
         return self._replay(rows, recalled=len(recalled)) if recalled or any(r.pinned for r in rows) else None
 
-    def for_when(self, ids: list[int], camera: str, window: Window, clock: int | None, mode: str):
+    def plan_when(self, ids: list[int], camera: str, window: Window, clock: int | None,
+                  mode: str) -> Iterator[Replay]:
         """The replays a ``when`` search runs over, in the order it should try them; none when the
         working memory holds the window whole. ``last`` and ``first`` walk every archived chunk of
         the window, newest (oldest) first, one replay of ``max_replay_chunks`` at a time, so the
         search stops at the first replay that says yes and no chunk is left unsearched; ``timeline``
         runs over one replay: all the window's chunks when they fit, else the most relevant with the
         window's ends (archive/plan.py)."""
-        if not self._archive_reaches(window, camera, self.whole_since(camera)):
+        if self.archive is None or not self._archive_reaches(window, camera, self.whole_since(camera)):
             return
         if mode == "timeline":
             yield self._replay(self.archive.window(window.since, window.until, camera, self._question(ids, clock)), 0)
             return
-        rows = self.archive.store.rows(window.since, window.until, camera)
+        rows = self.archive.rows(window.since, window.until, camera)
         size = self.archive.settings.max_replay_chunks
         batches = [rows[i:i + size] for i in range(0, len(rows), size)]
         for batch in (reversed(batches) if mode == "last" else batches):
@@ -111,31 +168,15 @@ class Recall:
         return window.since < whole_since and self.archive.holds(window.since, min(window.until, whole_since - 1e-9),
                                                                  camera)
 
-    def holds(self, window: Window | None, camera: str = "") -> bool:
-        """Whether the archive holds a frame of ``window`` (of ``camera`` when given)."""
-        return self.archive.holds(*(window or Window()).bounds(), camera)
-
-    def oldest_stamp(self, window: Window | None = None, camera: str = "") -> float:
-        """The oldest archived frame stamp inside ``window`` (of ``camera`` when given); +inf for
-        none (an answer's reach, docs/interfaces.md "How far back an answer reaches")."""
-        window = window or Window()
-        oldest = math.inf
-        for row in self.archive.store.iter_rows(*window.bounds(), camera):  # by first stamp: stop past the oldest
-            if row.first_stamp > oldest:
-                break
-            oldest = min([oldest, *(s for s in row.stamps if window.holds(s))])
-        return oldest
-
     def _question(self, ids: list[int], clock: int | None):
         """The question's vector at the key layers: its prompt run over the working memory (the
         tokens removed again), its queries read before the rotary embedding."""
-        session = self.session
         queries: dict[int, torch.Tensor] = {}
 
         def observe(layer, q, _k, _new):
             if layer in self.key_layers:
                 queries[layer] = q.detach()
-        policy, adapter = session.policy, session.adapter
+        policy, adapter = self.policy, self.adapter
         mark = policy.mark()
         try:
             adapter.forward(adapter.embed_text(ids), adapter.text_tokens(len(ids), clock=clock), policy, observe=observe)
@@ -146,12 +187,38 @@ class Recall:
     def _replay(self, rows: list[ArchivedChunk], recalled: int) -> Replay | None:
         if not rows:
             return None
-        from ..session import Session  # noqa: PLC0415 - a Session builds its Recall
-
-        session = self.session
-        scratch = Session(session.adapter, make_policy("full"), session.config)
+        scratch = self.make_scratch()
         for row in self.archive.load(rows):
-            scratch.ledger.note_camera(row.camera)
-            scratch.chunks.run_encoded(row.chunk, [])
+            scratch.take_in(row.chunk)
             row.chunk = None  # payloads go as soon as they are prefilled
         return Replay(scratch, rows, recalled)
+
+    # -- how far back an answer reaches -------------------------------------------------------------
+    def holds(self, window: Window | None, camera: str = "") -> bool:
+        """Whether the archive holds a frame of ``window`` (of ``camera`` when given)."""
+        return self.archive is not None and self.archive.holds(*(window or Window()).bounds(), camera)
+
+    def reads_archive(self, window: Window | None) -> bool:
+        """Whether a question over ``window`` (None: none) could read the archive: one with a window
+        reaches it, one without only when ``recall_chunks`` brings chunks back."""
+        if self.archive is None:
+            return False
+        return window is not None or self.archive.settings.recall_chunks > 0
+
+    def reach(self, camera: str, window: Window | None, held: MemoryCounts | None,
+              archive_read: bool) -> tuple[float, bool]:
+        """(searched_since, evicted_before) of an answer that read ``held`` of the working memory (None:
+        nothing of it), and the archive's frames of ``window`` when ``archive_read``: the oldest
+        frame stamp it could read (0.0: none), and whether frames of ``camera`` older than that and
+        inside the window were seen and are held nowhere the answer could read
+        (docs/interfaces.md "How far back an answer reaches")."""
+        window = window or Window()
+        oldest = held.oldest_stamp if held is not None and held.frames else math.inf
+        if archive_read and self.archive is not None:
+            oldest = min(oldest, self.archive.oldest_stamp(*window.bounds(), camera))
+        if oldest == math.inf:
+            return 0.0, False
+        seen_from = self.ledger.oldest_seen(camera)
+        if self.archive is not None:  # after a restart the archive remembers older frames than the ledger
+            seen_from = min(seen_from, self.archive.oldest_stamp(camera=camera))
+        return oldest, window.since < oldest and seen_from < oldest

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .chunk_store import ChunkStore
 from .keys import chunk_key, question_vector, relevance, unit_keys
 from .plan import question_plan, window_plan
 from .record import ArchivedChunk, EncodedChunk
@@ -37,14 +38,15 @@ class ArchiveSettings:
 
 
 class Archive:
-    def __init__(self, settings: ArchiveSettings, store: ArchiveStore):
+    def __init__(self, settings: ArchiveSettings, store: ChunkStore):
         self.settings, self.store = settings, store
 
     @classmethod
-    def open(cls, settings: ArchiveSettings, identity: dict, cameras: tuple[str, ...] = (),
-             owner: str = "") -> "Archive":
-        store = ArchiveStore.open(settings.path, identity, cameras, owner, settings.dtype, settings.max_bytes,
-                                  settings.buffer_bytes)
+    def open(cls, settings: ArchiveSettings, identity: dict, cameras: tuple[str, ...] = (), owner: str = "",
+             opener=ArchiveStore.open) -> "Archive":
+        """The archive in ``settings.path``; ``opener`` opens its ChunkStore (default: SQLite)."""
+        store = opener(settings.path, identity, cameras, owner, settings.dtype, settings.max_bytes,
+                       settings.buffer_bytes)
         return cls(settings, store)
 
     @property
@@ -60,6 +62,20 @@ class Archive:
 
     def note_watch(self, chunk_id: int, answers: dict[str, float]) -> None:
         self.store.note_watch(chunk_id, answers)
+
+    def rows(self, since: float = -math.inf, until: float = math.inf, camera: str = "") -> list[ArchivedChunk]:
+        """The chunks with a frame stamped inside since..until (of ``camera``), oldest first, light."""
+        return self.store.rows(since, until, camera)
+
+    def oldest_stamp(self, since: float = -math.inf, until: float = math.inf, camera: str = "") -> float:
+        """The oldest archived frame stamp inside since..until (of ``camera`` when given); +inf for
+        none (an answer's reach, docs/interfaces.md "How far back an answer reaches")."""
+        oldest = math.inf
+        for row in self.store.iter_rows(since, until, camera):  # by first stamp: stop past the oldest
+            if row.first_stamp > oldest:
+                break
+            oldest = min([oldest, *(s for s in row.stamps if since <= s <= until)])
+        return oldest
 
     def window(self, since: float = -math.inf, until: float = math.inf, camera: str = "",
                question: np.ndarray | None = None) -> list[ArchivedChunk]:
@@ -109,5 +125,5 @@ class Archive:
         self.store.close()
 
 
-__all__ = ["Archive", "ArchiveSettings", "ArchivedChunk", "DB_NAME", "DEFAULT_MAX_BYTES", "EncodedChunk", "LOCK_NAME",
-           "chunk_key", "question_vector", "relevance", "unit_keys"]
+__all__ = ["Archive", "ArchiveSettings", "ArchiveStore", "ArchivedChunk", "ChunkStore", "DB_NAME", "DEFAULT_MAX_BYTES",
+           "EncodedChunk", "LOCK_NAME", "chunk_key", "question_vector", "relevance", "unit_keys"]

@@ -1,0 +1,259 @@
+"""Where a question is taken: checked, refused in a fixed order, answered from what the memory tier
+says it reads (the working memory, or a replay of archived chunks), booked, and given its reach.
+
+    desk = QuestionDesk(adapter, policy, config, ledger, lock, tier, runner, evidence_layers,
+                        flush=session.flush, waiting=session.waiting_stamps)
+    answer = desk.ask("is the red cube on the table?", ["yes", "no"])
+    found = desk.when("is the red cube on the table?", mode="last")
+
+The order of refusals (docs/reliability.md "A refusal changes nothing"): a question that cannot be
+asked (empty, too long, an unknown camera) is refused before it takes its turn at the model; one
+that would see nothing, even once the frames waiting for their chunk are encoded, is refused
+before they are; only then are they encoded and the question answered. The memory tier decides
+whether the working memory answers or a replay does (recall/tier.py); the desk asks the replay's
+scratch memory the same question and books the answer as its own.
+"""
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Callable
+
+from ..adapters import ModelAdapter, match_option
+from ..cache import SUMMARY_UNIT, CachePolicy
+from ..cache.evidence import OFFSET, AttentionMass
+from ..cache.positions import PositionRangeError
+from ..config import SessionConfig
+from ..errors import ChunkError, QuestionError
+from ..memory.ledger import Selection, UnitLedger, Window
+from ..recall.tier import MemoryTier, Replay
+from ..status import Answer, ChunkReport, EvidenceFrame, Exchange, MemoryCounts, WatchAnswer, WhenAnswer
+from . import answer_kinds, checks
+from . import when as when_search
+from .answering import YES_NO, QuestionRunner
+from .turns import TurnLock
+
+
+class QuestionDesk:
+    def __init__(self, adapter: ModelAdapter, policy: CachePolicy, config: SessionConfig, ledger: UnitLedger,
+                 lock: TurnLock, tier: MemoryTier, runner: QuestionRunner, evidence_layers: list[int],
+                 flush: Callable[[], object], waiting: Callable[[str], list[float]]):
+        self.adapter, self.policy, self.config, self.ledger = adapter, policy, config, ledger
+        self.lock, self.tier, self.runner, self.evidence_layers = lock, tier, runner, evidence_layers
+        self.flush = flush  # encodes the frames waiting for their chunk (the Session's, under its lock)
+        self.waiting = waiting  # the stamps of a camera's frames waiting for their chunk
+        # the last answer's attention mass, every measured layer's row (bench/evidence_layers.py reads it)
+        self.last_attention_mass: AttentionMass | None = None
+        self.clear()
+
+    def clear(self) -> None:
+        self.history: list[Exchange] = []  # bounded; HERMES guidance reads it
+        self.questions_answered = 0
+        self.last_ttft_ms = 0.0
+
+    # -- ask --------------------------------------------------------------------------------------
+    def ask(self, question: str, options: list[str] | tuple[str, ...] = (), camera: str = "",
+            max_new_tokens: int = 0, on_text: Callable[[str, str], None] | None = None,
+            should_stop: Callable[[], bool] | None = None, since: float | None = None,
+            until: float | None = None, evidence_k: int | None = None) -> Answer:
+        """``Session.ask``: see there."""
+        started = time.perf_counter()
+        options = [str(o) for o in options]
+        camera = checks.resolved_camera(camera, self.config.cameras)
+        budget = max_new_tokens or (self.config.mc_max_new_tokens if options else self.config.max_new_tokens)
+        ids = self.question_ids(question, options, camera, budget)
+        checks.check_camera_for_now(question, camera, self.config.cameras)
+        window = checks.checked_window(since, until)
+        evidence_k = self.config.evidence_k if evidence_k is None else int(evidence_k)
+        if evidence_k < 0:
+            raise QuestionError(f"evidence_k must be >= 0, got {evidence_k}")
+        free_text = answer_kinds.check_free_text(question, options, answer_kinds.vocabulary_of(self.adapter),
+                                                 self.adapter.model_id)
+        with self.lock.question():
+            seen = self._select(camera, window, len(ids), budget)
+            replay = self.tier.plan_ask(ids, camera, window, seen.clock)
+            if replay is None and not seen.units:
+                self.ledger.visible(camera, window)  # refuses, as without an archive
+            if replay is not None:
+                return self._ask_replay(replay, question, options, camera, max_new_tokens, on_text, should_stop,
+                                        since, until, evidence_k, started)
+            probe = AttentionMass(self.evidence_layers, self.policy.geometry.num_layers, self.ledger.next_unit,
+                                  self.policy.geometry.device) if evidence_k else None
+            if options and self.config.options_mode == "scored":
+                reply = self.runner.score(ids, options, seen, probe, on_text, started)
+            else:
+                reply = self.runner.decode(ids, budget, started, seen, probe, on_text, should_stop)
+            evidence, summary_share = self.rank_evidence(probe, seen.units, window, evidence_k) if probe else ([], 0.0)
+            self.last_attention_mass = probe
+            self._book(question, reply.text, options, reply.ttft_ms)
+            held = self.tier.counts(seen.units, window=window)
+            searched_since, evicted_before = self.tier.reach(camera, window, held, self.tier.reads_archive(window))
+        index = reply.option_index if reply.option_index is not None else match_option(reply.text, options)
+        return Answer(text=reply.text.strip(), option_index=index, answer_tokens=reply.tokens, ttft_ms=reply.ttft_ms,
+                      total_ms=(time.perf_counter() - started) * 1e3, frames_in_memory=held.frames,
+                      oldest_stamp=held.oldest_stamp, newest_stamp=held.newest_stamp, kv_tokens=held.kv_tokens,
+                      cancelled=reply.cancelled, evidence=evidence, evidence_summary_share=summary_share,
+                      option_probabilities=reply.probabilities, searched_since=searched_since,
+                      evicted_before=evicted_before, **free_text.judge(reply.text, reply.cancelled))
+
+    def _ask_replay(self, replay: Replay, question, options, camera, max_new_tokens, on_text, should_stop, since,
+                    until, evidence_k, started) -> Answer:
+        """``ask`` over a replay of archived chunks (recall/tier.py), booked as this memory's question."""
+        answer = replay.session.ask(question, options, camera, max_new_tokens, on_text, should_stop, since, until,
+                                    evidence_k)
+        self._book(question, answer.text, list(options), answer.ttft_ms)
+        window = checks.checked_window(since, until)
+        searched_since, evicted_before = self.tier.reach(camera, window, self.tier.seen_counts(camera, window),
+                                                         archive_read=True)
+        return dataclasses.replace(answer, recalled_chunks=len(replay.chunks), searched_since=searched_since,
+                                   evicted_before=evicted_before, total_ms=(time.perf_counter() - started) * 1e3)
+
+    # -- when -------------------------------------------------------------------------------------
+    def when(self, question: str, mode: str = "last", camera: str = "", since: float | None = None,
+             until: float | None = None) -> WhenAnswer:
+        """``Session.when``: see there."""
+        started = time.perf_counter()
+        mode = str(mode or "last").strip().lower()
+        if mode not in when_search.MODES:
+            raise QuestionError(f"unknown mode '{mode}' (one of: {', '.join(when_search.MODES)})")
+        camera = checks.resolved_camera(camera, self.config.cameras)
+        ids = self.question_ids(question, list(YES_NO), camera, 1)
+        checks.check_yes_no_question(question)
+        window = checks.checked_window(since, until)
+        with self.lock.question():
+            seen = self._select(camera, window or Window(), len(ids), 1)
+            replays = self.tier.plan_when(ids, camera, window or Window(), seen.clock, mode)
+            found = self._when_replays(replays, question, mode, camera, since, until, started)
+            if found is None and not seen.units:
+                self.ledger.visible(camera, window)  # refuses, as without an archive
+            if found is not None:
+                return found
+            # the frames in memory, as frames_in_memory counts them: one count of what was searched
+            counted = self.ledger.counted(self.policy.unit_tokens(), seen.units) or seen.units
+            units = sorted(counted, key=lambda u: (min(self.ledger.units[u].stamps), u))
+            found = when_search.search(mode, len(units), lambda windows: self.runner.yes([ids] * len(windows), [
+                [units[i] for i in w] for w in windows], seen.clock), when_search.SearchSettings.within(
+                self.config.rows_per_pass, self.config.chunk_frames // self.adapter.frames_per_unit))
+            self.questions_answered += 1
+            found = when_search.answer(found, mode, [self.ledger.units[u] for u in units], window or Window(),
+                                       (time.perf_counter() - started) * 1e3)
+            searched = self.tier.counts(units, window) if found.frames_searched else None
+            return self._with_reach(found, camera, window, searched, self.tier.archive is not None)
+
+    def _with_reach(self, found: WhenAnswer, camera: str, window: Window | None, held: MemoryCounts | None,
+                    archive_read: bool) -> WhenAnswer:
+        """``found`` with its reach (``MemoryTier.reach``); ``may_be_older`` kept only where frames
+        older than the edge it lies at were evicted."""
+        searched_since, evicted_before = self.tier.reach(camera, window, held, archive_read)
+        return dataclasses.replace(found, searched_since=searched_since, evicted_before=evicted_before,
+                                   may_be_older=found.found and found.may_be_older and evicted_before)
+
+    def _when_replays(self, replays, question, mode, camera, since, until, started) -> WhenAnswer | None:
+        """``when`` over the archive's replays, tried in order until one finds the answer
+        (recall/tier.py); None when there were none (the working memory holds the window whole)."""
+        found, chunks, asked, searched, at_edge = None, 0, 0, 0, False
+        for tried, replay in enumerate(replays):
+            found = replay.session.when(question, mode, camera, since, until)
+            chunks, asked, searched = chunks + len(replay.chunks), asked + found.questions_asked, \
+                searched + found.frames_searched
+            at_edge = found.may_be_older and tried == 0  # mode first walks the oldest replay first
+            if found.found:
+                break
+        if found is None:
+            return None
+        self.questions_answered += 1
+        window = checks.checked_window(since, until)
+        found = dataclasses.replace(found, recalled_chunks=chunks, questions_asked=asked, frames_searched=searched,
+                                    may_be_older=at_edge, total_ms=(time.perf_counter() - started) * 1e3)
+        return self._with_reach(found, camera, window, self.tier.seen_counts(camera, window), archive_read=True)
+
+    # -- standing questions -------------------------------------------------------------------------
+    def watch(self, questions: list[str], chunk: ChunkReport) -> list[WatchAnswer]:
+        """``Session.watch``: see there."""
+        prompts = [self.question_ids(q, list(YES_NO), "", 1) for q in questions]
+        with self.lock.question():
+            units = [u for u, info in self.ledger.units.items() if info.chunk == chunk.chunk_id]
+            if not prompts or not units:
+                return []
+            p_yes = self.runner.yes(prompts, [units] * len(prompts), self.ledger.clock(chunk.camera))
+            self.tier.note_watch(chunk.chunk_id, dict(zip(questions, p_yes)))
+        stamp = max(self.ledger.stamps(units), default=0.0)
+        return [WatchAnswer(q, chunk.camera, stamp, p) for q, p in zip(questions, p_yes)]
+
+    def check_yes_no_question(self, question: str) -> None:
+        """QuestionError unless ``question`` could be asked by ``when`` or stand in ``watch_questions``:
+        not empty, a yes/no question, short enough with its prompt. Touches no memory."""
+        limit = self.config.max_question_tokens
+        checks.check_question(question, list(YES_NO), limit)
+        checks.check_yes_no_question(question)
+        checks.check_prompt_length(self.adapter.question_ids(question, list(YES_NO)), limit)
+
+    # -- the parts ---------------------------------------------------------------------------------
+    def rank_evidence(self, probe: AttentionMass, units: list[int] | None = None, window: Window | None = None,
+                      k: int = 3, layers: list[int] | None = None) -> tuple[list[EvidenceFrame], float]:
+        """The ``k`` frames of ``units`` with the most attention mass over ``layers`` (default: the
+        measured ones), and the summary tokens' share (``UnitLedger.rank_evidence``)."""
+        totals = probe.totals(layers).tolist()
+        return self.ledger.rank_evidence(totals[OFFSET:], totals[SUMMARY_UNIT + OFFSET], units, window, k)
+
+    def _book(self, question: str, text: str, options: list[str], ttft_ms: float) -> None:
+        """An answered question in the bounded history and the counters."""
+        self.history.append(Exchange(question, text, options))
+        del self.history[:-self.config.history_size]
+        self.questions_answered += 1
+        self.last_ttft_ms = ttft_ms
+
+    def question_ids(self, question: str, options: list[str], camera: str, answer_tokens: int) -> list[int]:
+        """The question's token ids with its prompt; QuestionError for anything that cannot be asked
+        (checked before the question touches the cache)."""
+        limit = self.config.max_question_tokens
+        checks.check_question(question, options, limit)
+        checks.check_camera_name(camera, self.config.cameras)
+        ids = self.adapter.question_ids(question, options)
+        checks.check_prompt_length(ids, limit)
+        checks.check_answer_room(len(ids), answer_tokens,
+                                 self.config.largest_question(self.policy.geometry.max_position_embeddings))
+        return ids
+
+    def _select(self, camera: str, window: Window | None, prompt_tokens: int, answer_tokens: int) -> Selection:
+        """Under the lock: the queued frames encoded, then what a question about ``camera`` over
+        ``window`` sees, with positions made for its prompt and answer; QuestionError when it sees
+        nothing or they do not fit. Whether it would see anything is checked before the queued
+        frames are encoded, so a refusal leaves them waiting; the room for its prompt and answer
+        was checked before (``question_ids``)."""
+        checks.check_camera_seen(camera, self.ledger.cameras, self.config.cameras)
+        self._check_something_seen(camera, window)
+        try:
+            self.flush()
+        except ChunkError as err:
+            if not err.position_range:  # a full memory still answers from what it holds
+                raise
+        try:
+            seen = self.ledger.visible(camera, window)
+        except QuestionError:
+            # the working memory sees nothing there (or holds nothing yet, after a restart): the
+            # archive may; the tier plans a replay, and the caller refuses when it has nothing either
+            if not self.tier.holds(window, camera):
+                raise
+            seen = Selection([], None, window, None)
+        try:
+            self.policy.ensure_room(prompt_tokens + answer_tokens, seen.clock)
+        except PositionRangeError as err:
+            raise QuestionError(f"the question ({prompt_tokens} tokens) and its answer (max_new_tokens {answer_tokens}) "
+                                f"do not fit in the positions left: {err}") from None
+        return seen
+
+    def _check_something_seen(self, camera: str, window: Window | None) -> None:
+        """QuestionError when a question about ``camera`` over ``window`` would see nothing even once
+        the queued frames are encoded: none of them, no frame in the working memory and none in
+        the archive falls there."""
+        waiting = self.waiting(camera)
+        if any((window or Window()).holds(stamp) for stamp in waiting):
+            return
+        if self.tier.holds(window, camera):
+            return
+        if not self.ledger.units and waiting:
+            raise QuestionError(f"no frames between {Window.describe(window.since)} and {Window.describe(window.until)} "
+                                f"(the frames waiting for their chunk are stamped {min(waiting):.3f} to "
+                                f"{max(waiting):.3f}): widen since/until")
+        self.ledger.visible(camera, window)  # refuses when it sees nothing there

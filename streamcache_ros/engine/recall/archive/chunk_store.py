@@ -1,0 +1,47 @@
+"""What the archive asks of the place its chunks are kept: the protocol between ``Archive`` and a
+backend. ``ArchiveStore`` (store.py, SQLite in WAL mode) meets it; another backend (an embedded
+key-value store, a fleet's shared database) would meet the same methods and nothing else."""
+from __future__ import annotations
+
+import math
+from typing import Iterator, Protocol
+
+import numpy as np
+
+from .record import ArchivedChunk, EncodedChunk
+
+
+class ChunkStore(Protocol):
+    warnings: list[str]  # what opening found and mended, each a line to log
+
+    def append(self, chunk: EncodedChunk, key: np.ndarray | None = None) -> int:
+        """Keep ``chunk`` (durably, with its retrieval key); returns its id. Past the bound the
+        oldest chunks go."""
+
+    def note_watch(self, chunk_id: int, answers: dict[str, float]) -> None:
+        """The standing questions' P(yes) over chunk ``chunk_id``."""
+
+    def iter_rows(self, since: float = -math.inf, until: float = math.inf, camera: str = "",
+                  with_keys: bool = False) -> Iterator[ArchivedChunk]:
+        """The chunks with a frame stamped inside since..until (of ``camera``), by first stamp,
+        without payloads."""
+
+    def rows(self, since: float = -math.inf, until: float = math.inf, camera: str = "",
+             with_keys: bool = False) -> list[ArchivedChunk]: ...
+
+    def holds(self, since: float = -math.inf, until: float = math.inf, camera: str = "") -> bool: ...
+
+    def ranking_rows(self, camera: str = "", with_keys: bool = True) -> list[ArchivedChunk]:
+        """Every chunk (of ``camera``), light: what ranking reads."""
+
+    def complete(self, rows: list[ArchivedChunk]) -> list[ArchivedChunk]:
+        """``rows`` with every field read (stamps, standing answers), payloads aside."""
+
+    def load(self, rows: list[ArchivedChunk]) -> list[ArchivedChunk]:
+        """``rows`` with their payloads (the encoded chunks to prefill again)."""
+
+    def stats(self) -> dict: ...
+
+    def clear(self) -> None: ...
+
+    def close(self) -> None: ...
