@@ -94,6 +94,38 @@ def architecture_problems(text: str) -> list[str]:
     return problems
 
 
+POLICY_SECTION = "## The cache-policy interface"
+POLICY_CALLED = re.compile(r"\bpolicy\.([A-Za-z_]\w*)")
+
+
+def policy_calls() -> dict[str, str]:
+    """Every ``policy.<name>`` the engine outside ``engine/cache/`` reads or calls, with a file that does."""
+    cache = PACKAGE / "engine" / "cache"
+    called: dict[str, str] = {}
+    for path in sorted((PACKAGE / "engine").rglob("*.py")):
+        if cache in path.parents:
+            continue
+        for name in POLICY_CALLED.findall(path.read_text(encoding="utf-8")):
+            called.setdefault(name, path.relative_to(ROOT).as_posix())
+    return called
+
+
+def policy_table_problems(text: str) -> list[str]:
+    """Where the cache-policy interface table of docs/architecture.md (``text``) and what the engine
+    calls on a policy differ: a name called and not listed, or listed and called nowhere."""
+    if POLICY_SECTION not in text:
+        return [f"docs/architecture.md: no '{POLICY_SECTION}' section"]
+    rows = [line for line in text.split(POLICY_SECTION, 1)[1].split("\n## ", 1)[0].splitlines()
+            if line.startswith("| `")]
+    listed = {name for row in rows for name in re.findall(r"`([A-Za-z_]\w*)", row.split("|")[1])}
+    called = policy_calls()
+    problems = [f"docs/architecture.md: the engine uses policy.{name} ({where}); the cache-policy table does not "
+                f"list it" for name, where in sorted(called.items()) if name not in listed]
+    problems += [f"docs/architecture.md: the cache-policy table lists `{name}`, which nothing outside engine/cache/ "
+                 f"uses" for name in sorted(listed - set(called))]
+    return problems
+
+
 def headings(path: pathlib.Path) -> list[str]:
     out, fenced = [], False
     for line in path.read_text(encoding="utf-8").splitlines():
@@ -211,6 +243,7 @@ def main() -> int:
         write_parameter_tables()
     problems = parameter_problems(INTERFACES.read_text(encoding="utf-8"))
     problems += architecture_problems(ARCHITECTURE.read_text(encoding="utf-8"))
+    problems += policy_table_problems(ARCHITECTURE.read_text(encoding="utf-8"))
     for path in tracked_files():
         try:
             text = path.read_text(encoding="utf-8")
