@@ -108,6 +108,8 @@ def test_a_new_session_on_the_same_archive_answers_about_the_frames_from_before(
     assert restarted.status().frames_in_memory == 0 and restarted.status().archive.chunks == 6
     again = restarted.ask(q.text, q.options, since=8.0, until=15.0)
     assert again.recalled_chunks == 1 and again.option_index == expected.option_index >= 0
+    plain = restarted.ask(q.text, q.options)  # no window, nothing in the working memory: the archive answers
+    assert plain.recalled_chunks == 3 and plain.searched_since == stream.stamp(0) and plain.option_index >= 0
     feed(restarted, stream, range(48, 64))  # and it goes on where it was
     assert restarted.status().archive.chunks == 8
     restarted.close_archive()
@@ -149,3 +151,18 @@ def test_build_session_opens_the_archive_a_folder_names_and_refuses_one_in_use(s
     for name, value in (("recall_chunks", -1), ("archive_max_bytes", 0)):
         with pytest.raises(ConfigError, match=name):
             build_session({**params, "model_path": "/no/such/model", name: value})
+
+
+def test_a_window_longer_than_one_replay_says_it_was_read_in_part(stream, tmp_path):
+    """One replay holds ``max_replay_chunks``: a window of more archived chunks is read in part, and
+    the reply says so (``evicted_before``); one that fits is read whole and says nothing."""
+    session = archived_session("qwen2_5_vl", tmp_path, max_replay_chunks=3)
+    feed(session, stream, range(FRAMES))  # 12 chunks; the working memory holds the newest few
+    q = stream.window_questions(FRAMES, 0, 47, np.random.default_rng(3), ("seen",))[0]
+    wide = session.ask(q.text, q.options, since=stream.stamp(0), until=stream.stamp(47))  # 6 chunks
+    assert wide.recalled_chunks == 3 and wide.evicted_before
+    narrow = session.ask(q.text, q.options, since=stream.stamp(0), until=stream.stamp(23))  # 3 chunks
+    assert narrow.recalled_chunks == 3 and not narrow.evicted_before
+    timeline = session.when("Did you see a red circle?", "timeline", since=stream.stamp(0), until=stream.stamp(47))
+    assert timeline.recalled_chunks == 3 and timeline.evicted_before
+    session.close_archive()

@@ -105,8 +105,10 @@ class QuestionDesk:
         window = checks.checked_window(since, until)
         searched_since, evicted_before = self.tier.reach(camera, window, self.tier.seen_counts(camera, window),
                                                          archive_read=True)
+        # a window longer than one replay was read in part: said, as frames held nowhere it read are
         return dataclasses.replace(answer, recalled_chunks=len(replay.chunks), searched_since=searched_since,
-                                   evicted_before=evicted_before, total_ms=(time.perf_counter() - started) * 1e3)
+                                   evicted_before=evicted_before or replay.left_out > 0,
+                                   total_ms=(time.perf_counter() - started) * 1e3)
 
     # -- when -------------------------------------------------------------------------------------
     def when(self, question: str, mode: str = "last", camera: str = "", since: float | None = None,
@@ -151,8 +153,9 @@ class QuestionDesk:
     def _when_replays(self, replays, question, mode, camera, since, until, started) -> WhenAnswer | None:
         """``when`` over the archive's replays, tried in order until one finds the answer
         (recall/tier.py); None when there were none (the working memory holds the window whole)."""
-        found, chunks, asked, searched, at_edge = None, 0, 0, 0, False
+        found, chunks, asked, searched, at_edge, left_out = None, 0, 0, 0, False, 0
         for tried, replay in enumerate(replays):
+            left_out += replay.left_out  # a timeline over a window longer than one replay
             found = replay.session.when(question, mode, camera, since, until)
             chunks, asked, searched = chunks + len(replay.chunks), asked + found.questions_asked, \
                 searched + found.frames_searched
@@ -165,7 +168,8 @@ class QuestionDesk:
         window = checks.checked_window(since, until)
         found = dataclasses.replace(found, recalled_chunks=chunks, questions_asked=asked, frames_searched=searched,
                                     may_be_older=at_edge, total_ms=(time.perf_counter() - started) * 1e3)
-        return self._with_reach(found, camera, window, self.tier.seen_counts(camera, window), archive_read=True)
+        found = self._with_reach(found, camera, window, self.tier.seen_counts(camera, window), archive_read=True)
+        return dataclasses.replace(found, evicted_before=found.evicted_before or left_out > 0)
 
     # -- standing questions -------------------------------------------------------------------------
     def watch(self, questions: list[str], chunk: ChunkReport) -> list[WatchAnswer]:

@@ -10,7 +10,8 @@ how far back its answer reaches.
 
 The working memory answers a question whose window it holds whole. One whose window reaches older
 frames, or one with no window when older frames lie in the archive and ``recall_chunks`` > 0, is
-answered over a *replay*: the chunks the archive plans for it (archive/plan.py), prefilled again in
+answered over a *replay*, and so is one with no window while the working memory holds nothing of
+its camera (after a restart on the archive): the chunks the archive plans for it (archive/plan.py), prefilled again in
 time order into a scratch memory that ``make_scratch`` makes (a full cache, the start of a short
 stream), then dropped. The models judge a short window best, and the GPU working memory is left
 exactly as it was (docs/archive.md "Recall"). The tier speaks to the archive through its own
@@ -46,6 +47,7 @@ class Replay:
     session: Any  # the scratch memory over the replayed chunks alone; questions are asked of it
     chunks: list[ArchivedChunk]
     recalled: int  # of them, the chunks brought back for their relevance to the question
+    left_out: int = 0  # the window's archived chunks the replay could not hold (read nowhere)
 
 
 class MemoryTier:
@@ -135,13 +137,18 @@ class MemoryTier:
             if not self._archive_reaches(window, camera, whole_since):
                 return None
             rows = self.archive.window(window.since, window.until, camera, self._question(ids, clock))
-            return self._replay(rows, recalled=0)
-        if self.archive.settings.recall_chunks < 1:
-            return None
-        if not self._archive_reaches(Window(), camera, whole_since):
+            held = len(self.archive.rows(window.since, window.until, camera))
+            return self._replay(rows, recalled=0, left_out=held - len(rows))
+        # a working memory that holds nothing of the camera (a node restarted on its archive) cannot
+        # answer: the archive's first and newest chunks do, whatever recall_chunks says
+        empty = not self.sees(camera, None)
+        if not empty and (self.archive.settings.recall_chunks < 1
+                          or not self._archive_reaches(Window(), camera, whole_since)):
             return None
         rows, recalled = self.archive.for_question(self._question(ids, clock), camera, before=whole_since)
-        return self._replay(rows, recalled=len(recalled)) if recalled or any(r.pinned for r in rows) else None
+        if empty or recalled or any(r.pinned for r in rows):
+            return self._replay(rows, recalled=len(recalled))
+        return None
 
     def plan_when(self, ids: list[int], camera: str, window: Window, clock: int | None,
                   mode: str) -> Iterator[Replay]:
@@ -154,7 +161,8 @@ class MemoryTier:
         if self.archive is None or not self._archive_reaches(window, camera, self.whole_since(camera)):
             return
         if mode == "timeline":
-            yield self._replay(self.archive.window(window.since, window.until, camera, self._question(ids, clock)), 0)
+            rows = self.archive.window(window.since, window.until, camera, self._question(ids, clock))
+            yield self._replay(rows, 0, len(self.archive.rows(window.since, window.until, camera)) - len(rows))
             return
         rows = self.archive.rows(window.since, window.until, camera)
         size = self.archive.settings.max_replay_chunks
@@ -184,14 +192,14 @@ class MemoryTier:
             policy.truncate(mark)
         return question_vector([queries[layer] for layer in self.key_layers], policy.geometry.num_kv_heads)
 
-    def _replay(self, rows: list[ArchivedChunk], recalled: int) -> Replay | None:
+    def _replay(self, rows: list[ArchivedChunk], recalled: int, left_out: int = 0) -> Replay | None:
         if not rows:
             return None
         scratch = self.make_scratch()
         for row in self.archive.load(rows):
             scratch.take_in(row.chunk)
             row.chunk = None  # payloads go as soon as they are prefilled
-        return Replay(scratch, rows, recalled)
+        return Replay(scratch, rows, recalled, max(left_out, 0))
 
     # -- how far back an answer reaches -------------------------------------------------------------
     def holds(self, window: Window | None, camera: str = "") -> bool:
