@@ -46,6 +46,16 @@ EQUAL_BYTES_AT = 512
 
 
 @contextlib.contextmanager
+def without_index(session):
+    """The index set aside for one question: the archive ranked by the keys, a ``when`` walked."""
+    encoder, session.memory.encoder = session.memory.encoder, None
+    try:
+        yield
+    finally:
+        session.memory.encoder = encoder
+
+
+@contextlib.contextmanager
 def working_memory_only(session):
     """The archive detached for one question: what the bounded working memory alone answers."""
     archive, session.memory.archive = session.memory.archive, None
@@ -55,20 +65,22 @@ def working_memory_only(session):
         session.memory.archive = archive
 
 
-def ask(session, q, stream) -> tuple[bool, float, int]:
-    """(right, ms, chunks recalled) for one world question."""
+def ask(session, q, stream, window: tuple[float, float] | None = None) -> tuple[bool, float, int]:
+    """(right, ms, chunks recalled) for one world question (over ``window`` when given)."""
     started = time.perf_counter()
     if q.kind in WHEN_MODES:
         found = session.when(q.probe, WHEN_MODES[q.kind])
         right = found.found and abs(found.stamp - stream.stamp(q.answer_frame)) <= LAST_SEEN_TOLERANCE_S
         return right, (time.perf_counter() - started) * 1e3, found.recalled_chunks
-    answer = session.ask(q.text, q.options)
+    since, until = window or (None, None)
+    answer = session.ask(q.text, q.options, since=since, until=until)
     return answer.option_index == q.answer_index, (time.perf_counter() - started) * 1e3, answer.recalled_chunks
 
 
 def run_stream(adapter, seed: int, frames: int, policies: tuple[str, ...], fraction: float, folder: pathlib.Path,
                recall_chunks: int, marks: list[int] | None = None, trace_every: int = 0,
-               trace: list[dict] | None = None, budget_tokens: int = 0, head_map_path: str = "") -> list[dict]:
+               trace: list[dict] | None = None, budget_tokens: int = 0, head_map_path: str = "",
+               encoder=None) -> list[dict]:
     points = sorted(set(marks or hour_points(frames)) | {REFERENCE_FRAMES})
     stream = world.make_long_stream(seed, frames, question_points=points)
     g = geometry_for(adapter, stream.look, head_map_path)
@@ -79,7 +91,7 @@ def run_stream(adapter, seed: int, frames: int, policies: tuple[str, ...], fract
         session = make_session(adapter, policy, policy_knobs(policy, target, g), head_map_path)
         identity = {"model_id": adapter.model_id, "config_hash": adapter.config_hash}
         settings = ArchiveSettings(str(folder / f"{seed}-{policy}"), recall_chunks=recall_chunks)
-        session.attach_archive(Archive.open(settings, identity, owner=f"bench/{policy}"))
+        session.attach_archive(Archive.open(settings, identity, owner=f"bench/{policy}"), encoder=encoder)
         sessions[policy] = session
     reference = make_session(adapter, "full", {})
     records, chunk_ms = [], defaultdict(list)
@@ -123,7 +135,17 @@ def run_stream(adapter, seed: int, frames: int, policies: tuple[str, ...], fract
                                 "ms": ms})
                 right, ms, recalled = ask(session, q, stream)
                 records.append({**base, **state, "policy": policy, "archive": True, "kind": q.kind, "correct": right,
-                                "ms": ms, "recalled_chunks": recalled})
+                                "ms": ms, "recalled_chunks": recalled, "index": encoder is not None})
+                if encoder is not None:  # side by side on the same memory: the archive without its index
+                    with without_index(session):
+                        right, ms, recalled = ask(session, q, stream)
+                    records.append({**base, **state, "policy": policy, "archive": True, "kind": q.kind,
+                                    "correct": right, "ms": ms, "recalled_chunks": recalled, "index": False})
+                if q.kind == "seen":  # the same question over its own window: the whole stream so far
+                    right, ms, recalled = ask(session, q, stream, (stream.stamp(0), stream.stamp(n - 1)))
+                    records.append({**base, **state, "policy": policy, "archive": True, "kind": "seen@window",
+                                    "correct": right, "ms": ms, "recalled_chunks": recalled,
+                                    "index": encoder is not None})
             assert session.status().cache.kv_bytes == status.cache.kv_bytes  # recall leaves the cache as it was
     for session in sessions.values():
         session.close_archive()
@@ -144,20 +166,26 @@ def summarise(records: list[dict]) -> dict:
     the cost and the memory."""
     cells = defaultdict(list)
     for r in records:
-        cells[(r["policy"], r["archive"], r["length"], r["kind"])].append(r["correct"])
-        cells[(r["policy"], r["archive"], r["length"], "long-memory")].append(r["correct"])
+        config = "+archive" + ("+index" if r.get("index") else "") if r["archive"] else ""
+        cells[(r["policy"], config, r["length"], r["kind"])].append(r["correct"])
+        cells[(r["policy"], config, "all", r["kind"])].append(r["correct"])
+        if r["kind"] in KINDS:
+            cells[(r["policy"], config, r["length"], "long-memory")].append(r["correct"])
+            cells[(r["policy"], config, "all", "long-memory")].append(r["correct"])
     accuracy = {}
     for (policy, archive, length, kind), hits in sorted(cells.items(), key=str):
         low, high = wilson(sum(hits), len(hits))
-        accuracy.setdefault(f"{policy}{'+archive' if archive else ''}", {}).setdefault(str(length), {})[kind] = {
+        accuracy.setdefault(f"{policy}{archive}", {}).setdefault(str(length), {})[kind] = {
             "accuracy": round(float(np.mean(hits)), 3), "low": round(low, 3), "high": round(high, 3), "n": len(hits)}
     cost = {}
-    for policy in sorted({r["policy"] for r in records if r["policy"] != "full"}):
+    indexes = sorted({bool(r.get("index")) for r in records if r["archive"]})
+    for policy, indexed in [(p, i) for p in sorted({r["policy"] for r in records if r["policy"] != "full"})
+                            for i in indexes]:
         for length in sorted({r["length"] for r in records if r["policy"] == policy}):
             rows = [r for r in records if r["policy"] == policy and r["length"] == length]
-            with_archive = [r for r in rows if r["archive"]]
+            with_archive = [r for r in rows if r["archive"] and r.get("index", False) == indexed and r["kind"] in KINDS]
             one = float(np.median([r["one_ask_ms"] for r in rows]))
-            cost.setdefault(policy, {})[str(length)] = {
+            cost.setdefault(policy + ("+index" if indexed else ""), {})[str(length)] = {
                 "one_ask_ms": round(one, 2),
                 "ask_ms_archive": round(float(np.median([r["ms"] for r in with_archive if r["kind"] in OPTION_KINDS])), 2),
                 "when_ms_archive": round(float(np.median([r["ms"] for r in with_archive if r["kind"] in WHEN_MODES])), 2),
@@ -174,11 +202,12 @@ def summarise(records: list[dict]) -> dict:
 def print_summary(summary: dict, frames: int) -> None:
     rows = []
     for config, marks in summary["accuracy"].items():
-        for length, kinds in sorted(marks.items(), key=lambda kv: int(kv[0])):
+        for length, kinds in sorted(marks.items(), key=lambda kv: (kv[0] == "all", int(kv[0]) if kv[0] != "all" else 0)):
             rows.append({"config": config, "frames": length,
                          **{k: f"{kinds[k]['accuracy']:.2f} ({kinds[k]['n']})" if k in kinds else "" for k in
-                            (*KINDS, "long-memory")}})
-    print(table(rows, [("config", "config"), ("frames", "frames")] + [(k, k) for k in (*KINDS, "long-memory")]))
+                            (*KINDS, "seen@window", "long-memory")}})
+    print(table(rows, [("config", "config"), ("frames", "frames")] + [(k, k) for k in (*KINDS, "seen@window",
+                                                                                      "long-memory")]))
     rows = [{"policy": p, "frames": n, **c} for p, marks in summary["cost"].items() for n, c in marks.items()]
     print(table(rows, [(k, k) for k in ("policy", "frames", "one_ask_ms", "ask_multiple", "when_multiple",
                                         "recalled_chunks", "kv_bytes", "rss_mib", "archive_bytes", "chunk_ms")]))
@@ -194,6 +223,9 @@ def main(argv=None) -> int:
     parser.add_argument("--budget-tokens", type=int, default=0,
                         help="instead of --fraction: video tokens per layer for every policy (the node's budget_tokens)")
     parser.add_argument("--recall-chunks", type=int, default=4)
+    parser.add_argument("--retrieval", default="auto",
+                        help="retrieval_model_path: the index (auto: the bundled one for a world model; none: off); "
+                             "with one, each archive question is asked again without it, side by side")
     parser.add_argument("--marks", type=int, nargs="+", default=None,
                         help="stream lengths at which to ask (default: six even marks, and 128)")
     parser.add_argument("--trace-every", type=int, default=0,
@@ -206,6 +238,11 @@ def main(argv=None) -> int:
 
     head_map = pathlib.Path(resolve_model_path(args.model)) / "h2svc_head_map.json"
     head_map_path = str(head_map) if head_map.is_file() else ""  # h2svc needs the model's own
+    from streamcache_ros.engine.adapters.models import resolve_retrieval_path  # noqa: PLC0415
+    from streamcache_ros.engine.recall.index import RetrievalEncoder  # noqa: PLC0415
+
+    retrieval = "" if args.retrieval == "none" else resolve_retrieval_path(args.retrieval, adapter.model_id)
+    encoder = RetrievalEncoder.load(retrieval) if retrieval else None
     folder = pathlib.Path(tempfile.mkdtemp(prefix="archive-bench-"))
     records, trace = [], []
     started = time.perf_counter()
@@ -213,7 +250,7 @@ def main(argv=None) -> int:
         for s in range(args.streams):
             records += run_stream(adapter, SEED + s, args.frames, tuple(args.policies), args.fraction, folder,
                                   args.recall_chunks, args.marks, args.trace_every, trace, args.budget_tokens,
-                                  head_map_path)
+                                  head_map_path, encoder)
             print(f"stream {s + 1}/{args.streams} done, {time.perf_counter() - started:.0f} s", flush=True)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
@@ -224,6 +261,7 @@ def main(argv=None) -> int:
                              "policies": args.policies, "fraction": args.fraction,
                              "budget_tokens": args.budget_tokens,
                              "recall_chunks": args.recall_chunks, "marks": args.marks, "summary": summary,
+                             "retrieval": args.retrieval, "seeds_from": SEED,
                              "trace": trace, "records": records,
                              "wall_s": round(time.perf_counter() - started, 1)}, args.out)
     print(f"wrote {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}")

@@ -79,9 +79,12 @@ def test_a_question_without_a_window_recalls_the_first_and_the_relevant_chunks(s
     # the first chunk, three recalled for relevance, the two newest
     assert answer.recalled_chunks == 6 and answer.frames_in_memory == 6 * 8
     assert answer.oldest_stamp == 0.0 and answer.newest_stamp == FRAMES - 1
+    # recall_chunks 0: none recalled for relevance, yet the question still reads the day's first
+    # chunk and the newest two, as the archive reaches past the working memory
     none = archived_session("qwen2_5_vl", tmp_path / "off", recall_chunks=0)
     feed(none, stream, range(FRAMES))
-    assert none.ask("What color was the first object you saw?", list(world.COLOUR_NAMES[:4])).recalled_chunks == 0
+    plain = none.ask("What color was the first object you saw?", list(world.COLOUR_NAMES[:4]))
+    assert plain.recalled_chunks == 3 and plain.oldest_stamp == 0.0
     session.close_archive(), none.close_archive()
 
 
@@ -109,7 +112,8 @@ def test_a_new_session_on_the_same_archive_answers_about_the_frames_from_before(
     again = restarted.ask(q.text, q.options, since=8.0, until=15.0)
     assert again.recalled_chunks == 1 and again.option_index == expected.option_index >= 0
     plain = restarted.ask(q.text, q.options)  # no window, nothing in the working memory: the archive answers
-    assert plain.recalled_chunks == 3 and plain.searched_since == stream.stamp(0) and plain.option_index >= 0
+    # the first chunk, the newest two and (recall_chunks 4) the other three for relevance: all six
+    assert plain.recalled_chunks == 6 and plain.searched_since == stream.stamp(0) and plain.option_index >= 0
     feed(restarted, stream, range(48, 64))  # and it goes on where it was
     assert restarted.status().archive.chunks == 8
     restarted.close_archive()

@@ -25,6 +25,7 @@ START = bagfile.DEFAULT_START_NS
 S = 1_000_000_000
 LOOK = world.Look(160, 120, (40, 50, 60), 0, 0, False, "rgb8")
 RED, BLUE = "Did you see a red circle?", "Did you see a blue square?"
+GREEN = "Did you see a green triangle?"  # not a standing question: searched
 
 
 @pytest.fixture(scope="module")
@@ -72,9 +73,15 @@ def test_when_searches_the_memory(client):
     memory = [stamp_ns(f.stamp) for f in client.memory_timeline().frames]
     held = client.memory_status().frames_in_memory
     for mode in ("last", "first", "LAST", "First"):  # modes in any case
-        reply = client.when(RED, mode)
+        reply = client.when(GREEN, mode)
         assert reply.success, reply.error_message
+        # the tiny model has no index: searched in place or over replays, never by an index
+        assert reply.found_by in ("memory", "walk") and reply.frames_in_window == 16
         assert reply.questions_asked > 0 and reply.frames_searched == len(memory) == held == 16
+        # a standing question answers its own when from the answers noted for every chunk: no search
+        standing = client.when(RED, mode)
+        assert standing.success and standing.found_by == "standing" and standing.questions_asked == 0
+        assert standing.frames_searched == 16 and standing.recalled_chunks == 0
         # the full cache holds every frame seen: the search reaches the first, nothing was evicted
         assert stamp_ns(reply.searched_since) == memory[0] and not reply.evicted_before and not reply.may_be_older
     answer = client.ask("What is there?")

@@ -14,6 +14,8 @@ import os
 from typing import Any
 
 from .adapters import ModelAdapter, VisionInputs, load_adapter
+from .adapters.models import resolve_retrieval_path
+from .recall.index import RetrievalEncoder
 from .parameters import check_budget, reference_unit, resolved_budget_tokens
 from .cache import CachePolicy, ChunkShape, SettingError, policy_class
 from .cache.h2svc import check_head_map
@@ -206,9 +208,19 @@ def build_session(params: dict[str, Any]) -> Session:
     p["budget_tokens"] = resolved_budget_tokens(int(p["budget_tokens"]), adapter)
     session = Session(adapter, policy_of_class(adapter, cls, p, config), config)
     if str(p["archive_path"]):
+        encoder = _retrieval_encoder(str(p["retrieval_model_path"]), adapter.model_id, str(adapter.device))
         try:
             session.open_archive(str(p["archive_path"]), int(p["archive_max_bytes"]), int(p["recall_chunks"]),
-                                 owner=str(p.get("archive_owner", "")))
+                                 owner=str(p.get("archive_owner", "")), encoder=encoder)
         except ArchiveError as err:  # held by another node, another model's, other cameras: nothing opened
             raise ConfigError("archive_path", str(err)) from None
     return session
+
+
+def _retrieval_encoder(retrieval_model_path: str, model_id: str, device: str):
+    """The archive's dual encoder (None: no index); ConfigError naming retrieval_model_path when it
+    cannot be loaded."""
+    path = resolve_retrieval_path(retrieval_model_path, model_id)
+    if not path:
+        return None
+    return RetrievalEncoder.load(path, device=device)

@@ -117,10 +117,14 @@ ENGINE_PARAMETERS: dict[str, ParameterInfo] = {
                            "reach past the working memory, kept across restarts; a folder, '' = off"),
     "archive_max_bytes": _P(DEFAULT_ARCHIVE_MAX_BYTES, "The archive's bound in bytes: past it the oldest chunks go "
                                                        "(the first chunk of each camera stays)", 1, None),
-    "recall_chunks": _P(0, "Archived chunks a question with no time window brings back for its relevance, beside the "
-                           "stream's first and newest chunks, answered over that short replay (0 = none: the working "
-                           "memory answers it; windows and when reach the archive either way; docs/archive.md "
-                           "\"Recall\")", 0, 64),
+    "recall_chunks": _P(4, "Archived chunks a question with no time window brings back for their relevance (ranked "
+                           "by the index), beside the stream's first and newest chunks, answered over that short "
+                           "replay whenever the archive reaches past the working memory (docs/archive.md \"Recall\")",
+                        0, 64),
+    "retrieval_model_path": _P("auto", "The archive's index (docs/archive.md \"The index\"): a dual encoder (CLIP or "
+                                       "SigLIP weights, a folder) that gives every archived frame a vector in its "
+                                       "question's space; 'auto' = the bundled world-retrieval for a bundled world "
+                                       "model, none for another; '' = no index (when walks the archive)"),
 }
 # what build_session takes when a parameter is not given
 ENGINE_DEFAULTS: dict[str, Any] = {name: info.default for name, info in ENGINE_PARAMETERS.items()}

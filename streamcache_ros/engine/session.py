@@ -58,7 +58,8 @@ class Session:
             raise ConfigError("evidence_layers", f"{wrong} are not layers of this model (0..{layers - 1})")
         # a replay of archived chunks is prefilled into a scratch Session over a full cache
         self.memory = MemoryTier(adapter, policy, self.ledger, lambda: Session(adapter, make_policy("full"), self.config))
-        self.chunks = ChunkPipeline(adapter, policy, self.ledger, self.config, keep=self.memory.keep)
+        self.chunks = ChunkPipeline(adapter, policy, self.ledger, self.config, keep=self.memory.keep,
+                                    index_frames=self.memory.index_frames)
         self.guidance = self.chunks.guidance  # computes what a policy's guidance_request asks for
         # model + cache: one forward pass at a time; a waiting chunk goes before waiting questions
         self._cache_lock = TurnLock()
@@ -111,15 +112,16 @@ class Session:
             return forgotten
 
     # -- the archive tier -------------------------------------------------------------------------
-    def attach_archive(self, archive: Archive, key_layers: tuple[int, ...] = ()) -> None:
+    def attach_archive(self, archive: Archive, key_layers: tuple[int, ...] = (), encoder=None) -> None:
         """From now on every chunk also goes to ``archive``, and questions that reach past the
         working memory are answered from it (recall/tier.py; docs/archive.md). ``key_layers``: the
-        layers of the retrieval keys (default: the evidence layers)."""
+        layers of the retrieval keys (default: the evidence layers); ``encoder``: the index's dual
+        encoder (recall/index/), None for none."""
         with self._cache_lock:
-            self.memory.attach(archive, tuple(key_layers) or tuple(self.evidence_layers))
+            self.memory.attach(archive, tuple(key_layers) or tuple(self.evidence_layers), encoder)
             self.chunks.key_layers = self.memory.key_layers
 
-    def open_archive(self, path: str, max_bytes: int, recall_chunks: int, owner: str = "") -> list[str]:
+    def open_archive(self, path: str, max_bytes: int, recall_chunks: int, owner: str = "", encoder=None) -> list[str]:
         """Open (or create) the archive in the folder ``path`` for this model and these cameras, and
         attach it; returns what opening found and mended (each a warning to log). ArchiveError when
         it is refused (held by another node, another model's, other cameras), nothing changed."""
@@ -128,7 +130,7 @@ class Session:
         settings = ArchiveSettings(path, max_bytes=int(max_bytes), recall_chunks=int(recall_chunks))
         identity = {"model_id": self.adapter.model_id, "config_hash": self.adapter.config_hash}
         archive = Archive.open(settings, identity, self.config.cameras, owner)
-        self.attach_archive(archive)
+        self.attach_archive(archive, encoder=encoder)
         return list(archive.warnings)
 
     def archive_warnings(self) -> list[str]:

@@ -146,6 +146,8 @@ class Answer:
     expected_kind: str = ""
     answer_kind: str = ""
     kind_error: str = ""
+    # frames held inside the window (working memory or archive), against frames_in_memory: what it read
+    frames_in_window: int = 0
 
 
 @dataclass
@@ -184,6 +186,12 @@ class WhenAnswer:
     # mode first: the answer lies in the oldest unit searched (the search sets it); the Session
     # keeps it only where older frames were evicted: the first time may be older
     may_be_older: bool = False
+    # how it was found: "index" (ranked, then verified by short replays), "standing" (a standing
+    # question's noted answers), "walk" (replays of the archive in time order: part of the window is
+    # not indexed) or "memory" (the working memory searched); docs/archive.md "When with the index"
+    found_by: str = "memory"
+    index_candidates: int = 0  # chunks the index ranked at or above its threshold
+    frames_in_window: int = 0  # frames held inside the window (working memory or archive)
 
 
 @dataclass(frozen=True)

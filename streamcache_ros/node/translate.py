@@ -107,6 +107,7 @@ def fill_answer(result, answer: Answer, now_s: float):
     result.evidence_summary_share = float(answer.evidence_summary_share)
     result.searched_since = seconds_to_time(answer.searched_since)
     result.evicted_before = bool(answer.evicted_before)
+    result.frames_in_window = int(answer.frames_in_window)
     return result
 
 
@@ -135,6 +136,10 @@ def fill_when(response, found: WhenAnswer):
     response.searched_since = seconds_to_time(found.searched_since)
     response.evicted_before = bool(found.evicted_before)
     response.may_be_older = bool(found.may_be_older)
+    response.found_by = found.found_by
+    response.index_candidates = int(found.index_candidates)
+    response.recalled_chunks = int(found.recalled_chunks)
+    response.frames_in_window = int(found.frames_in_window)
     return response
 
 

@@ -6,6 +6,9 @@ import pathlib
 
 BUNDLED_DIR = pathlib.Path(__file__).resolve().parents[2] / "models"
 DEFAULT_MODEL = "world-qwen2_5_vl"
+# the archive's dual encoders (docs/archive.md "The index"): apart, so they are never taken for a VLM
+RETRIEVAL_DIR = BUNDLED_DIR / "retrieval"
+WORLD_RETRIEVAL = "world-retrieval"
 
 
 def bundled_model_names() -> list[str]:
@@ -18,3 +21,14 @@ def resolve_model_path(model_path: str) -> str:
     if model_path in bundled_model_names():
         return str(BUNDLED_DIR / model_path)
     return model_path
+
+
+def resolve_retrieval_path(retrieval_model_path: str, model_id: str) -> str:
+    """The dual encoder the archive's index uses: 'auto' is the bundled shape-world one for a
+    bundled world model and none ('') for any other (its frames are not the shape world's); a
+    bundled dual encoder's name becomes its directory; anything else is returned unchanged."""
+    if retrieval_model_path == "auto":
+        return str(RETRIEVAL_DIR / WORLD_RETRIEVAL) if model_id.startswith("world-") else ""
+    if retrieval_model_path and (RETRIEVAL_DIR / retrieval_model_path / "config.json").is_file():
+        return str(RETRIEVAL_DIR / retrieval_model_path)
+    return retrieval_model_path

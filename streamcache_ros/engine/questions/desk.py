@@ -31,6 +31,7 @@ from ..status import Answer, ChunkReport, EvidenceFrame, Exchange, MemoryCounts,
 from . import answer_kinds, checks
 from . import when as when_search
 from .answering import YES_NO, QuestionRunner
+from .moment import MomentSettings, find_moment
 from .turns import TurnLock
 
 
@@ -44,6 +45,7 @@ class QuestionDesk:
         self.waiting = waiting  # the stamps of a camera's frames waiting for their chunk
         # the last answer's attention mass, every measured layer's row (bench/evidence_layers.py reads it)
         self.last_attention_mass: AttentionMass | None = None
+        self.moment = MomentSettings()
         self.clear()
 
     def clear(self) -> None:
@@ -71,7 +73,7 @@ class QuestionDesk:
                                                  self.adapter.model_id)
         with self.lock.question():
             seen = self._select(camera, window, len(ids), budget)
-            replay = self.tier.plan_ask(ids, camera, window, seen.clock)
+            replay = self.tier.plan_ask(ids, camera, window, seen.clock, question)
             if replay is None and not seen.units:
                 self.ledger.visible(camera, window)  # refuses, as without an archive
             if replay is not None:
@@ -94,7 +96,8 @@ class QuestionDesk:
                       oldest_stamp=held.oldest_stamp, newest_stamp=held.newest_stamp, kv_tokens=held.kv_tokens,
                       cancelled=reply.cancelled, evidence=evidence, evidence_summary_share=summary_share,
                       option_probabilities=reply.probabilities, searched_since=searched_since,
-                      evicted_before=evicted_before, **free_text.judge(reply.text, reply.cancelled))
+                      evicted_before=evicted_before, frames_in_window=self.tier.frames_in_window(camera, window, held),
+                      **free_text.judge(reply.text, reply.cancelled))
 
     def _ask_replay(self, replay: Replay, question, options, camera, max_new_tokens, on_text, should_stop, since,
                     until, evidence_k, started) -> Answer:
@@ -108,6 +111,7 @@ class QuestionDesk:
         # a window longer than one replay was read in part: said, as frames held nowhere it read are
         return dataclasses.replace(answer, recalled_chunks=len(replay.chunks), searched_since=searched_since,
                                    evicted_before=evicted_before or replay.left_out > 0,
+                                   frames_in_window=self.tier.frames_in_window(camera, window, None),
                                    total_ms=(time.perf_counter() - started) * 1e3)
 
     # -- when -------------------------------------------------------------------------------------
@@ -124,6 +128,11 @@ class QuestionDesk:
         window = checks.checked_window(since, until)
         with self.lock.question():
             seen = self._select(camera, window or Window(), len(ids), 1)
+            found = find_moment(self.tier, question, mode, camera, window or Window(), self.moment, started)
+            if found is not None:  # the index covers the window: retrieved, then verified
+                self.questions_answered += 1
+                found = self._with_reach(found, camera, window, self.tier.seen_counts(camera, window), True)
+                return found
             replays = self.tier.plan_when(ids, camera, window or Window(), seen.clock, mode)
             found = self._when_replays(replays, question, mode, camera, since, until, started)
             if found is None and not seen.units:
@@ -148,6 +157,7 @@ class QuestionDesk:
         older than the edge it lies at were evicted."""
         searched_since, evicted_before = self.tier.reach(camera, window, held, archive_read)
         return dataclasses.replace(found, searched_since=searched_since, evicted_before=evicted_before,
+                                   frames_in_window=self.tier.frames_in_window(camera, window, held),
                                    may_be_older=found.found and found.may_be_older and evicted_before)
 
     def _when_replays(self, replays, question, mode, camera, since, until, started) -> WhenAnswer | None:
@@ -167,7 +177,8 @@ class QuestionDesk:
         self.questions_answered += 1
         window = checks.checked_window(since, until)
         found = dataclasses.replace(found, recalled_chunks=chunks, questions_asked=asked, frames_searched=searched,
-                                    may_be_older=at_edge, total_ms=(time.perf_counter() - started) * 1e3)
+                                    may_be_older=at_edge, total_ms=(time.perf_counter() - started) * 1e3,
+                                    found_by="walk")
         found = self._with_reach(found, camera, window, self.tier.seen_counts(camera, window), archive_read=True)
         return dataclasses.replace(found, evicted_before=found.evicted_before or left_out > 0)
 

@@ -23,6 +23,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Protocol
 
+import numpy as np
 import torch
 
 from ..cache import CachePolicy
@@ -31,6 +32,7 @@ from ..memory.ledger import UnitLedger, Window
 from ..errors import QuestionError
 from ..status import MemoryCounts, MemoryTimeline
 from .archive import Archive, ArchivedChunk, EncodedChunk, question_vector
+from .index import FrameScores, RetrievalEncoder, rank_frames
 
 # standing answers are noted for the newest chunks only: older ones have left the ledger's window
 WATCHED_CHUNKS = 64
@@ -55,14 +57,24 @@ class MemoryTier:
         self.adapter, self.policy, self.ledger = adapter, policy, ledger
         self.make_scratch = make_scratch
         self.archive: Archive | None = None
+        self.encoder: RetrievalEncoder | None = None  # the index's dual encoder (None: no index)
         self.key_layers: tuple[int, ...] = ()
         self.archive_ids: dict[int, int] = {}  # the ledger's chunk id -> the archive's, for standing answers
 
     # -- the archive ------------------------------------------------------------------------------
-    def attach(self, archive: Archive, key_layers: tuple[int, ...]) -> None:
-        """From now on every chunk kept goes to ``archive`` with its retrieval key at ``key_layers``."""
-        self.archive, self.key_layers = archive, tuple(key_layers)
+    def attach(self, archive: Archive, key_layers: tuple[int, ...], encoder: RetrievalEncoder | None = None) -> None:
+        """From now on every chunk kept goes to ``archive`` with its retrieval key at ``key_layers``,
+        and its frames' vectors when ``encoder`` indexes them (docs/archive.md "The index")."""
+        self.archive, self.key_layers, self.encoder = archive, tuple(key_layers), encoder
         self.archive_ids.clear()
+        if encoder is not None:
+            archive.use_index(encoder.model_id)
+
+    def index_frames(self, frames: list) -> np.ndarray | None:
+        """The index's vectors of a chunk's frames (ingest calls it); None without an index."""
+        if self.archive is None or self.encoder is None:
+            return None
+        return self.encoder.embed_frames(frames)
 
     def detach(self) -> Archive | None:
         archive, self.archive = self.archive, None
@@ -128,7 +140,8 @@ class MemoryTier:
         return MemoryTimeline(self.policy.name, len(layer_rows), banks, frames)
 
     # -- planning a question -----------------------------------------------------------------------
-    def plan_ask(self, ids: list[int], camera: str, window: Window | None, clock: int | None) -> Replay | None:
+    def plan_ask(self, ids: list[int], camera: str, window: Window | None, clock: int | None,
+                 question: str = "") -> Replay | None:
         """The replay a question needs, or None when the working memory answers it."""
         if self.archive is None:
             return None
@@ -136,19 +149,60 @@ class MemoryTier:
         if window is not None:
             if not self._archive_reaches(window, camera, whole_since):
                 return None
-            rows = self.archive.window(window.since, window.until, camera, self._question(ids, clock))
-            held = len(self.archive.rows(window.since, window.until, camera))
-            return self._replay(rows, recalled=0, left_out=held - len(rows))
-        # a working memory that holds nothing of the camera (a node restarted on its archive) cannot
-        # answer: the archive's first and newest chunks do, whatever recall_chunks says
+            held = self.archive.rows(window.since, window.until, camera)
+            rows = self.archive.window(window.since, window.until, camera, **self._ranking(ids, clock, question,
+                                                                                          camera, window, len(held)))
+            return self._replay(rows, recalled=0, left_out=len(held) - len(rows))
+        # a question with no window reads the day whenever the archive reaches past the working
+        # memory, and always when that holds nothing of the camera (a node restarted on its archive)
         empty = not self.sees(camera, None)
-        if not empty and (self.archive.settings.recall_chunks < 1
-                          or not self._archive_reaches(Window(), camera, whole_since)):
+        if not empty and not self._archive_reaches(Window(), camera, whole_since):
             return None
-        rows, recalled = self.archive.for_question(self._question(ids, clock), camera, before=whole_since)
+        rows, recalled = self.archive.for_question(camera=camera, before=whole_since,
+                                                   **self._ranking(ids, clock, question, camera, Window()))
         if empty or recalled or any(r.pinned for r in rows):
             return self._replay(rows, recalled=len(recalled))
         return None
+
+    def _ranking(self, ids, clock, question: str, camera: str, window: Window, rows: int | None = None) -> dict:
+        """How the archive ranks chunks for a question: by the index (each chunk's most likely
+        frame) where every chunk is indexed, else by the keys; nothing to rank when all fit."""
+        if rows is not None and rows <= self.archive.settings.max_replay_chunks:
+            return {"question": None}
+        scores = self.index_scores(question, camera, window) if question else None
+        if scores is not None:
+            best: dict[int, float] = {}
+            for chunk, p in zip(scores.chunk_ids.tolist(), scores.probability.tolist()):
+                best[chunk] = max(best.get(chunk, 0.0), p)
+            return {"question": None, "chunk_scores": best}
+        return {"question": self._question(ids, clock)}
+
+    # -- the index ----------------------------------------------------------------------------------
+    def index_scores(self, question: str, camera: str, window: Window) -> FrameScores | None:
+        """The index's P(yes) for every archived frame of ``window`` (of ``camera``); None without
+        an index, or when a chunk there is not indexed (archived before the index, or by another
+        dual encoder): then nothing is ranked by it."""
+        if self.archive is None or self.encoder is None:
+            return None
+        stamps, chunk_ids, vectors, unindexed = self.archive.frame_index(*window.bounds(), camera)
+        if unindexed or not len(stamps):
+            return None
+        p = rank_frames(vectors, self.encoder.embed_text(question), self.encoder.probability)
+        return FrameScores(stamps, chunk_ids, p)
+
+    def replay_chunks(self, chunk_ids: list[int]) -> Replay | None:
+        """A short replay of exactly these archived chunks (a ``when`` verifying a candidate)."""
+        return self._replay(self.archive.by_ids(chunk_ids), recalled=len(chunk_ids))
+
+    def standing_answers(self, question: str, camera: str, window: Window) -> list[tuple[ArchivedChunk, float]] | None:
+        """The P(yes) a standing question got over every archived chunk of ``window``, oldest first;
+        None unless each chunk there has it (it stood for the whole window)."""
+        if self.archive is None:
+            return None
+        rows = self.archive.rows(*window.bounds(), camera)
+        if not rows or any(question not in row.watch for row in rows):
+            return None
+        return [(row, row.watch[question]) for row in rows]
 
     def plan_when(self, ids: list[int], camera: str, window: Window, clock: int | None,
                   mode: str) -> Iterator[Replay]:
@@ -201,17 +255,23 @@ class MemoryTier:
             row.chunk = None  # payloads go as soon as they are prefilled
         return Replay(scratch, rows, recalled, max(left_out, 0))
 
+    def frames_in_window(self, camera: str, window: Window | None, held: MemoryCounts | None) -> int:
+        """Frames held inside ``window`` (of ``camera``): the archive's (every chunk goes there) or,
+        without one, the working memory's ``held``."""
+        in_memory = held.frames if held is not None else 0
+        if self.archive is None:
+            return in_memory
+        return max(in_memory, self.archive.frames_between(*(window or Window()).bounds(), camera))
+
     # -- how far back an answer reaches -------------------------------------------------------------
     def holds(self, window: Window | None, camera: str = "") -> bool:
         """Whether the archive holds a frame of ``window`` (of ``camera`` when given)."""
         return self.archive is not None and self.archive.holds(*(window or Window()).bounds(), camera)
 
     def reads_archive(self, window: Window | None) -> bool:
-        """Whether a question over ``window`` (None: none) could read the archive: one with a window
-        reaches it, one without only when ``recall_chunks`` brings chunks back."""
-        if self.archive is None:
-            return False
-        return window is not None or self.archive.settings.recall_chunks > 0
+        """Whether a question over ``window`` (None: none) could read the archive: with one
+        attached, every question reaches it when it reaches past the working memory."""
+        return self.archive is not None
 
     def reach(self, camera: str, window: Window | None, held: MemoryCounts | None,
               archive_read: bool) -> tuple[float, bool]:

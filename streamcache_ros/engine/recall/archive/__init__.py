@@ -28,9 +28,9 @@ DEFAULT_MAX_BYTES = 1 << 30  # 1 GiB: a day of the bundled model is about 0.1 Gi
 class ArchiveSettings:
     path: str
     max_bytes: int = DEFAULT_MAX_BYTES
-    # archived chunks a question with no window brings back for relevance; 0: the working memory
-    # answers it (the keys rank weakly on the bundled models: docs/archive.md "Recall")
-    recall_chunks: int = 0
+    # archived chunks a question with no window brings back for relevance, ranked by the index
+    # (docs/archive.md "Recall")
+    recall_chunks: int = 4
     recent_chunks: int = 2  # the newest chunks of each camera replayed beside them ("now")
     max_replay_chunks: int = 64  # one short replay: 512 frames at 8 a chunk, well inside the models' range
     dtype: str = "float16"  # of the stored embeddings; "float32" is exact
@@ -60,6 +60,9 @@ class Archive:
         """Whether a chunk with a frame stamped inside since..until (of ``camera``) is archived."""
         return self.store.holds(since, until, camera)
 
+    def frames_between(self, since: float = -math.inf, until: float = math.inf, camera: str = "") -> int:
+        return self.store.frames_between(since, until, camera)
+
     def note_watch(self, chunk_id: int, answers: dict[str, float]) -> None:
         self.store.note_watch(chunk_id, answers)
 
@@ -78,19 +81,21 @@ class Archive:
         return oldest
 
     def window(self, since: float = -math.inf, until: float = math.inf, camera: str = "",
-               question: np.ndarray | None = None) -> list[ArchivedChunk]:
-        """The chunks a question over since..until replays (``window_plan``), oldest first."""
-        rows = self.store.rows(since, until, camera, with_keys=question is not None)
-        scores = self._scores(rows, question) if question is not None else None
+               question: np.ndarray | None = None, chunk_scores: dict[int, float] | None = None) -> list[ArchivedChunk]:
+        """The chunks a question over since..until replays (``window_plan``), oldest first, ranked
+        by ``chunk_scores`` (the index's, by chunk id) or else by the keys against ``question``."""
+        rows = self.store.rows(since, until, camera, with_keys=question is not None and chunk_scores is None)
+        scores = self._ranked(rows, question, chunk_scores)
         return window_plan(rows, scores, self.settings.max_replay_chunks)
 
-    def for_question(self, question: np.ndarray | None, camera: str = "",
-                     before: float = math.inf) -> tuple[list[ArchivedChunk], list[ArchivedChunk]]:
+    def for_question(self, question: np.ndarray | None, camera: str = "", before: float = math.inf,
+                     chunk_scores: dict[int, float] | None = None) -> tuple[list[ArchivedChunk], list[ArchivedChunk]]:
         """(what a question with no window replays, the part recalled for relevance): the relevant
         ones drawn from chunks that end before ``before`` (what the working memory no longer holds
-        whole)."""
-        rows = self.store.ranking_rows(camera, with_keys=question is not None)
-        scores = self._scores(rows, question) if question is not None else np.zeros(len(rows))
+        whole), ranked as ``window`` ranks."""
+        rows = self.store.ranking_rows(camera, with_keys=question is not None and chunk_scores is None)
+        scores = self._ranked(rows, question, chunk_scores)
+        scores = np.zeros(len(rows)) if scores is None else scores
         scores = np.where([row.last_stamp < before for row in rows], scores, -np.inf)
         replayed, recalled = question_plan(rows, scores, self.settings.recall_chunks, self.settings.recent_chunks)
         whole = {row.chunk_id: row for row in self.store.complete(replayed)}
@@ -98,6 +103,25 @@ class Archive:
 
     def ranked(self, question: np.ndarray, rows: list[ArchivedChunk]) -> np.ndarray:
         return self._scores(rows, question)
+
+    def _ranked(self, rows: list[ArchivedChunk], question: np.ndarray | None,
+                chunk_scores: dict[int, float] | None) -> np.ndarray | None:
+        if chunk_scores is not None:
+            return np.array([chunk_scores.get(row.chunk_id, -np.inf) for row in rows], dtype=np.float64)
+        return self._scores(rows, question) if question is not None else None
+
+    # -- the index --------------------------------------------------------------------------------
+    def use_index(self, index_model: str) -> None:
+        """Frames are indexed by ``index_model`` from now on (another model's vectors are dropped)."""
+        self.store.use_index(index_model)
+
+    def frame_index(self, since: float = -math.inf, until: float = math.inf, camera: str = ""):
+        """(stamps, chunk ids, vectors, unindexed chunk ids) of the frames inside since..until."""
+        return self.store.frame_index(since, until, camera)
+
+    def by_ids(self, chunk_ids: list[int]) -> list[ArchivedChunk]:
+        """The rows of these chunks, in the order given, payloads aside."""
+        return self.store.complete([ArchivedChunk(int(c), "", 0.0, 0.0, [], [], 0) for c in chunk_ids])
 
     @staticmethod
     def _scores(rows: list[ArchivedChunk], question: np.ndarray) -> np.ndarray:

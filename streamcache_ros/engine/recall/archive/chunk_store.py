@@ -40,6 +40,16 @@ class ChunkStore(Protocol):
     def load(self, rows: list[ArchivedChunk]) -> list[ArchivedChunk]:
         """``rows`` with their payloads (the encoded chunks to prefill again)."""
 
+    def use_index(self, index_model: str) -> None:
+        """Frame vectors come from ``index_model`` from now on; another model's are dropped."""
+
+    def frame_index(self, since: float = -math.inf, until: float = math.inf, camera: str = ""
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[int]]:
+        """(stamps, chunk ids, vectors, unindexed chunk ids) of the frames stamped inside since..until."""
+
+    def frames_between(self, since: float = -math.inf, until: float = math.inf, camera: str = "") -> int:
+        """How many archived frames are stamped inside since..until (of ``camera``)."""
+
     def stats(self) -> dict: ...
 
     def clear(self) -> None: ...

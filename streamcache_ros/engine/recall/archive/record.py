@@ -27,6 +27,7 @@ class EncodedChunk:
     tokens_per_unit: int
     embeds: torch.Tensor  # [tokens, hidden]
     rel_positions: torch.Tensor  # [axes, tokens], relative to the chunk's start
+    frame_vectors: np.ndarray | None = None  # [frames, dim]: the index's vector of each frame, unit length
 
     @property
     def num_units(self) -> int:

@@ -55,13 +55,16 @@ CREATE TABLE IF NOT EXISTS chunks (
     key_shape TEXT,
     watch TEXT NOT NULL DEFAULT '{}',  -- JSON: standing question -> P(yes) over this chunk
     pinned INTEGER NOT NULL DEFAULT 0, -- the first chunk of its camera: kept past the bound
-    bytes INTEGER NOT NULL
+    bytes INTEGER NOT NULL,
+    frame_vectors BLOB,                -- float16 [frames, dim]: the index (docs/archive.md "The index")
+    vectors_shape TEXT
 );
 CREATE INDEX IF NOT EXISTS chunks_by_stamp ON chunks (last_stamp);
 -- rows come oldest first: the first of a span (holds, the oldest stamp) without sorting a day
 CREATE INDEX IF NOT EXISTS chunks_in_order ON chunks (first_stamp, id);
 """
 ROW_COLUMNS = "id, camera, first_stamp, last_stamp, stamps, unit_frames, tokens_per_unit, pinned, bytes, watch"
+INDEX_META = "index_model"  # which dual encoder made the frame vectors: another one's cannot be compared
 
 
 class ChunkBuffer:
@@ -151,20 +154,24 @@ class ArchiveStore:
         if key is not None:
             key16 = np.asarray(key, dtype=np.float16)
             key_blob, key_shape = key16.tobytes(), json.dumps(list(key16.shape))
-        size = len(embeds) + len(positions) + (len(key_blob) if key_blob else 0)
-        with self.db:
+        vectors_blob = vectors_shape = None
+        if chunk.frame_vectors is not None:
+            vectors16 = np.asarray(chunk.frame_vectors, dtype=np.float16)
+            vectors_blob, vectors_shape = vectors16.tobytes(), json.dumps(list(vectors16.shape))
+        size = len(embeds) + len(positions) + (len(key_blob) if key_blob else 0) + len(vectors_blob or b"")
+        with self.db:  # the chunk and its index entry in one transaction: never one without the other
             pinned = self.db.execute("SELECT 1 FROM chunks WHERE camera = ? LIMIT 1", (chunk.camera,)).fetchone() is None
             cursor = self.db.execute(
                 "INSERT INTO chunks (camera, first_stamp, last_stamp, stamps, unit_frames, tokens_per_unit, embeds, "
-                "embeds_shape, positions, positions_shape, retrieval_key, key_shape, pinned, bytes) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "embeds_shape, positions, positions_shape, retrieval_key, key_shape, pinned, bytes, frame_vectors, "
+                "vectors_shape) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (chunk.camera, min(chunk.stamps), max(chunk.stamps), json.dumps(chunk.stamps),
                  json.dumps([list(u) for u in chunk.unit_frames]), chunk.tokens_per_unit, embeds, embeds_shape,
-                 positions, positions_shape, key_blob, key_shape, int(pinned), size))
+                 positions, positions_shape, key_blob, key_shape, int(pinned), size, vectors_blob, vectors_shape))
         chunk_id = int(cursor.lastrowid)
         self._held_bytes += size
         # the buffer holds what the disk holds (the store's dtype), so a recall is the same from either
-        stored = dataclasses.replace(chunk, embeds=unpack_tensor(embeds, embeds_shape, self.dtype))
+        stored = dataclasses.replace(chunk, embeds=unpack_tensor(embeds, embeds_shape, self.dtype), frame_vectors=None)
         self.buffer.put(chunk_id, stored, size)
         self._keep_within_bound()
         return chunk_id
@@ -224,6 +231,58 @@ class ArchiveStore:
                 chunk.key = _key(row[10], row[11], shapes)
             if chunk.overlaps(since, until):
                 yield chunk
+
+    def use_index(self, index_model: str) -> None:
+        """The frame vectors from now on come from ``index_model``. Vectors another model made
+        cannot be ranked against this one's questions: they are dropped (a warning says so), and
+        their chunks are searched as unindexed ones are."""
+        stored = self.db.execute("SELECT value FROM meta WHERE key = ?", (INDEX_META,)).fetchone()
+        with self.db:
+            if stored is not None and stored[0] != index_model:
+                dropped = self.db.execute("UPDATE chunks SET frame_vectors = NULL, vectors_shape = NULL "
+                                          "WHERE frame_vectors IS NOT NULL").rowcount
+                if dropped:
+                    self.warnings.append(f"archive '{self.folder}' was indexed by '{stored[0]}', this node indexes with "
+                                         f"'{index_model}': the index of its {dropped} older chunk(s) is dropped, and "
+                                         "a when over them walks them instead")
+                    log.warning(self.warnings[-1])
+            self.db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (INDEX_META, index_model))
+
+    def frame_index(self, since: float = -math.inf, until: float = math.inf,
+                    camera: str = "") -> tuple[np.ndarray, np.ndarray, np.ndarray, list[int]]:
+        """(stamps [N], chunk ids [N], vectors [N, dim] float16, unindexed chunk ids) of every archived
+        frame stamped inside since..until (of ``camera``), oldest first; the chunks there without
+        vectors are listed apart."""
+        query, args = self._span_query("id, stamps, frame_vectors, vectors_shape", since, until, camera)
+        stamps, ids, vectors, unindexed = [], [], [], []
+        for chunk_id, stamp_text, blob, shape in self.db.execute(query + " ORDER BY first_stamp, id", args):
+            chunk_stamps = np.asarray(json.loads(stamp_text), dtype=np.float64)
+            inside = (chunk_stamps >= since) & (chunk_stamps <= until)
+            if blob is None:
+                unindexed.append(int(chunk_id))
+                continue
+            dims = tuple(json.loads(shape))
+            rows = np.frombuffer(blob, dtype=np.float16).reshape(dims)
+            if len(rows) != len(chunk_stamps):
+                unindexed.append(int(chunk_id))
+                continue
+            stamps.append(chunk_stamps[inside])
+            vectors.append(rows[inside])
+            ids.append(np.full(int(inside.sum()), int(chunk_id), dtype=np.int64))
+        if not stamps:
+            return np.zeros(0), np.zeros(0, np.int64), np.zeros((0, 0), np.float16), unindexed
+        return np.concatenate(stamps), np.concatenate(ids), np.concatenate(vectors), unindexed
+
+    def frames_between(self, since: float = -math.inf, until: float = math.inf, camera: str = "") -> int:
+        """How many archived frames are stamped inside since..until (of ``camera``): the chunks wholly
+        inside counted in SQL, the two or so across an edge by their stamps."""
+        query, args = self._span_query("SUM(json_array_length(stamps))", since, until, camera)
+        whole = self.db.execute(query + " AND first_stamp >= ? AND last_stamp <= ?",
+                                args + [_sql_stamp(since), _sql_stamp(until)]).fetchone()[0] or 0
+        query, args = self._span_query("stamps", since, until, camera)
+        edges = self.db.execute(query + " AND (first_stamp < ? OR last_stamp > ?)", args + [_sql_stamp(since),
+                                                                                          _sql_stamp(until)])
+        return int(whole) + sum(1 for (text,) in edges for s in json.loads(text) if since <= s <= until)
 
     def holds(self, since: float = -math.inf, until: float = math.inf, camera: str = "") -> bool:
         """Whether a chunk with a frame stamped inside since..until (of ``camera``) is archived."""
@@ -365,17 +424,22 @@ def _open_db(path: pathlib.Path) -> sqlite3.Connection:
     db.execute("PRAGMA wal_autocheckpoint = 256")
     db.execute(f"PRAGMA journal_size_limit = {WAL_LIMIT_BYTES}")
     db.executescript(SCHEMA)
+    columns = {row[1] for row in db.execute("PRAGMA table_info(chunks)")}
+    for column in ("frame_vectors BLOB", "vectors_shape TEXT"):  # files from before the index
+        if column.split()[0] not in columns:
+            db.execute(f"ALTER TABLE chunks ADD COLUMN {column}")
     return db
 
 
 def _salvage(path: pathlib.Path, reason: str, warnings: list[str]) -> sqlite3.Connection:
     """Copy every chunk that still reads, oldest first, up to the first that does not, into a new
     file; the damaged one is kept beside it for a person to look at."""
-    kept_rows, meta = [], []
+    kept_rows, meta, names = [], [], []
     try:
         old = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
         try:
             meta = old.execute("SELECT key, value FROM meta").fetchall()
+            names = [row[1] for row in old.execute("PRAGMA table_info(chunks)")]
             for (chunk_id,) in old.execute("SELECT id FROM chunks ORDER BY id").fetchall():
                 kept_rows.append(old.execute("SELECT * FROM chunks WHERE id = ?", (chunk_id,)).fetchone())
         except sqlite3.DatabaseError:
@@ -393,8 +457,8 @@ def _salvage(path: pathlib.Path, reason: str, warnings: list[str]) -> sqlite3.Co
     with db:
         db.executemany("INSERT INTO meta (key, value) VALUES (?, ?)", meta)
         if kept_rows:
-            marks = ", ".join("?" * len(kept_rows[0]))
-            db.executemany(f"INSERT INTO chunks VALUES ({marks})", kept_rows)
+            marks = ", ".join("?" * len(kept_rows[0]))  # by name: a file from before the index has fewer columns
+            db.executemany(f"INSERT INTO chunks ({', '.join(names)}) VALUES ({marks})", kept_rows)
     warnings.append(f"archive file '{path}' was damaged ({reason}): kept the {len(kept_rows)} chunk(s) that read, "
                     f"cut the rest; the damaged file is at '{aside}'")
     log.warning(warnings[-1])

@@ -1,0 +1,102 @@
+"""Ranking archived frames against a question, on plain arrays (docs/archive.md "The index").
+
+    scores = rank_frames(vectors, query, probability)       # P(yes) per frame
+    chunks = candidate_chunks(scores, threshold, newest_first=True)
+
+The scores are the index's guess; a ``when`` verifies its candidates with short replays before it
+answers (recall/tier.py), newest first for ``last`` and oldest first for ``first``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+
+@dataclass
+class FrameScores:
+    """One entry per indexed frame, oldest first: its stamp, its chunk's archive id, its P(yes)."""
+
+    stamps: np.ndarray
+    chunk_ids: np.ndarray
+    probability: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.stamps)
+
+    def inside(self, since: float, until: float) -> "FrameScores":
+        keep = (self.stamps >= since) & (self.stamps <= until)
+        return FrameScores(self.stamps[keep], self.chunk_ids[keep], self.probability[keep])
+
+
+def rank_frames(vectors: np.ndarray, query: np.ndarray, probability: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
+    """P(the frame shows what the question names) per row of ``vectors`` (unit vectors [N, dim]) for
+    the question's unit vector ``query``: a matrix-vector product, milliseconds over a day."""
+    if len(vectors) == 0:
+        return np.zeros(0)
+    return probability(vectors.astype(np.float32, copy=False) @ query.astype(np.float32))
+
+
+@dataclass
+class Candidate:
+    chunk_id: int
+    stamp: float  # the chunk's newest (``last``) or oldest (``first``) frame above the threshold
+    probability: float  # the best of its frames
+
+
+def sightings(probability: np.ndarray, threshold: float, min_run: int) -> np.ndarray:
+    """Which frames are at or above ``threshold`` in a run of at least ``min_run`` consecutive
+    frames (oldest first). A thing in view stays a moment: one frame alone above the threshold, among
+    thousands a day, is far more often the index's false yes than a sighting (docs/archive.md
+    "The index")."""
+    above = probability >= threshold
+    if min_run <= 1 or not above.any():
+        return above
+    edges = np.diff(np.concatenate([[0], above.astype(np.int8), [0]]))
+    starts, ends = np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)
+    kept = np.zeros_like(above)
+    for start, end in zip(starts, ends):
+        if end - start >= min_run:
+            kept[start:end] = True
+    return kept
+
+
+def candidate_chunks(scores: FrameScores, threshold: float, newest_first: bool, min_run: int = 1) -> list[Candidate]:
+    """The chunks holding a sighting (``sightings``), newest first (``last``) or oldest first
+    (``first``), each with the edge frame a ``when`` would answer with."""
+    above = sightings(scores.probability, threshold, min_run)
+    found: dict[int, Candidate] = {}
+    for stamp, chunk, p in zip(scores.stamps[above].tolist(), scores.chunk_ids[above].tolist(),
+                               scores.probability[above].tolist()):
+        old = found.get(chunk)
+        if old is None:
+            found[chunk] = Candidate(chunk, stamp, p)
+            continue
+        edge = max(old.stamp, stamp) if newest_first else min(old.stamp, stamp)
+        found[chunk] = Candidate(chunk, edge, max(old.probability, p))
+    return sorted(found.values(), key=lambda c: c.stamp, reverse=newest_first)
+
+
+def best_chunks(scores: FrameScores, count: int) -> list[int]:
+    """The ``count`` chunks with the most likely frame, best first."""
+    best: dict[int, float] = {}
+    for chunk, p in zip(scores.chunk_ids.tolist(), scores.probability.tolist()):
+        best[chunk] = max(best.get(chunk, -1.0), p)
+    return [c for c, _ in sorted(best.items(), key=lambda item: -item[1])[:max(count, 0)]]
+
+
+def precision_at(scores: np.ndarray, relevant: np.ndarray, k: int) -> float:
+    """The share of the ``k`` best-scored items that are relevant."""
+    top = np.argsort(-scores, kind="stable")[:k]
+    return float(relevant[top].mean()) if len(top) else 0.0
+
+
+def recall_at(scores: np.ndarray, relevant: np.ndarray, k: int) -> float:
+    """The share of the relevant items among the ``k`` best, out of as many as could be there
+    (min(k, relevant)): 1.0 when the top ``k`` is all relevant or holds every relevant item."""
+    total = int(relevant.sum())
+    if total == 0:
+        return 0.0
+    top = np.argsort(-scores, kind="stable")[:k]
+    return float(relevant[top].sum()) / min(k, total)
