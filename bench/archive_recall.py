@@ -80,7 +80,7 @@ def ask(session, q, stream, window: tuple[float, float] | None = None) -> tuple[
 def run_stream(adapter, seed: int, frames: int, policies: tuple[str, ...], fraction: float, folder: pathlib.Path,
                recall_chunks: int, marks: list[int] | None = None, trace_every: int = 0,
                trace: list[dict] | None = None, budget_tokens: int = 0, head_map_path: str = "",
-               encoder=None) -> list[dict]:
+               encoder=None, compare: bool = True) -> list[dict]:
     points = sorted(set(marks or hour_points(frames)) | {REFERENCE_FRAMES})
     stream = world.make_long_stream(seed, frames, question_points=points)
     g = geometry_for(adapter, stream.look, head_map_path)
@@ -136,7 +136,7 @@ def run_stream(adapter, seed: int, frames: int, policies: tuple[str, ...], fract
                 right, ms, recalled = ask(session, q, stream)
                 records.append({**base, **state, "policy": policy, "archive": True, "kind": q.kind, "correct": right,
                                 "ms": ms, "recalled_chunks": recalled, "index": encoder is not None})
-                if encoder is not None:  # side by side on the same memory: the archive without its index
+                if encoder is not None and compare:  # side by side on the same memory: the archive without its index
                     with without_index(session):
                         right, ms, recalled = ask(session, q, stream)
                     records.append({**base, **state, "policy": policy, "archive": True, "kind": q.kind,
@@ -226,6 +226,8 @@ def main(argv=None) -> int:
     parser.add_argument("--retrieval", default="auto",
                         help="retrieval_model_path: the index (auto: the bundled one for a world model; none: off); "
                              "with one, each archive question is asked again without it, side by side")
+    parser.add_argument("--no-compare", action="store_true",
+                        help="with an index, do not ask again without it (a day's walks take hours)")
     parser.add_argument("--marks", type=int, nargs="+", default=None,
                         help="stream lengths at which to ask (default: six even marks, and 128)")
     parser.add_argument("--trace-every", type=int, default=0,
@@ -250,7 +252,7 @@ def main(argv=None) -> int:
         for s in range(args.streams):
             records += run_stream(adapter, SEED + s, args.frames, tuple(args.policies), args.fraction, folder,
                                   args.recall_chunks, args.marks, args.trace_every, trace, args.budget_tokens,
-                                  head_map_path, encoder)
+                                  head_map_path, encoder, not args.no_compare)
             print(f"stream {s + 1}/{args.streams} done, {time.perf_counter() - started:.0f} s", flush=True)
     finally:
         shutil.rmtree(folder, ignore_errors=True)

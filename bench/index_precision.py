@@ -62,7 +62,14 @@ def stream_records(encoder: RetrievalEncoder, seed: int, frames: int) -> tuple[l
             said = p >= encoder.settings.threshold
             hard = np.array([identity not in ids and ((colour in c) != (shape in s))
                              for ids, c, s in zip(present, colours, shapes)])
+            # a chunk (what a when verifies) where only the asked colour or shape is in view: does
+            # the index propose it (a sighting, the run rule applied)?
+            starts = np.arange(0, frames, CHUNK)
+            sighted = np.logical_or.reduceat(sightings(p, encoder.settings.threshold, encoder.settings.min_run), starts)
+            chunk_hard = np.logical_or.reduceat(hard, starts) & ~np.logical_or.reduceat(relevant, starts)
             record = {"seed": seed, "identity": f"{colour} {shape}", "frames_in_view": int(relevant.sum()),
+                      "hard_negative_chunks": int(chunk_hard.sum()),
+                      "hard_negative_chunks_sighted": int((sighted & chunk_hard).sum()),
                       "hard_negative_frames": int(hard.sum()),
                       "hard_negative_false_yes": int(said[hard].sum()),
                       "false_yes_frames": int(said[~relevant].sum()), "negative_frames": int((~relevant).sum())}
@@ -153,6 +160,9 @@ def summarise(records: list[dict]) -> dict:
                                          "chunk_chance", "frame_recall_at_threshold")},
         "hard_negative_false_yes": round(sum(r["hard_negative_false_yes"] for r in records) / max(hard_frames, 1), 4),
         "hard_negative_frames": hard_frames,
+        "hard_negative_chunk_false_yes": round(sum(r["hard_negative_chunks_sighted"] for r in records)
+                                               / max(sum(r["hard_negative_chunks"] for r in records), 1), 4),
+        "hard_negative_chunks": sum(r["hard_negative_chunks"] for r in records),
         "false_yes_all_negatives": round(sum(r["false_yes_frames"] for r in records)
                                          / max(sum(r["negative_frames"] for r in records), 1), 4),
         "never_in_view_any_yes": round(float(np.mean([r["never_in_view_any_yes"] for r in never])), 3) if never else None,
