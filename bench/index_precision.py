@@ -129,6 +129,9 @@ def index_size_and_day_ranking(encoder: RetrievalEncoder, folder: pathlib.Path) 
         store.close()
     day = fill(folder / "day", DAY_FRAMES, True)
     query = encoder.embed_text("Did you see a red circle?")
+    started = time.perf_counter()
+    day.frame_index()  # the first ranking reads every row's vectors from disk into RAM
+    first_read_ms = (time.perf_counter() - started) * 1e3
     read_ms, rank_ms = [], []
     for _ in range(5):
         started = time.perf_counter()
@@ -141,7 +144,8 @@ def index_size_and_day_ranking(encoder: RetrievalEncoder, folder: pathlib.Path) 
     return {"dim": dim, "vector_bytes_per_hour": 3600 * dim * 2,
             "file_bytes_per_hour_without_index": sizes[False], "file_bytes_per_hour_with_index": sizes[True],
             "index_file_bytes_per_hour": sizes[True] - sizes[False],
-            "day_frames": int(len(stamps)), "day_read_ms": round(float(np.median(read_ms)), 1),
+            "day_frames": int(len(stamps)), "day_first_read_ms": round(first_read_ms, 1),
+            "day_read_ms": round(float(np.median(read_ms)), 1),
             "day_rank_ms": round(float(np.median(rank_ms)), 2)}
 
 

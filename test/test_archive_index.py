@@ -173,3 +173,23 @@ def test_precision_and_recall_at_k():
     assert recall_at(scores, np.zeros(5, bool), 4) == 0.0
     p = rank_frames(unit_rows(3), unit_rows(1, seed=5)[0], lambda c: 1 / (1 + np.exp(-c)))
     assert p.shape == (3,) and ((p > 0) & (p < 1)).all()
+
+
+def test_the_index_in_ram_keeps_in_step_with_appends_and_the_bound(tmp_path):
+    store = ArchiveStore.open(tmp_path, IDENTITY, dtype="float32", max_bytes=10**9)
+    store.use_index("enc-a")
+    store.append(chunk([0, 1], unit_rows(2, seed=1)))
+    assert store.frame_index()[0].tolist() == [0, 1]  # read from disk once, then kept in RAM
+    store.append(chunk([2, 3], unit_rows(2, seed=2)))
+    assert store.frame_index()[0].tolist() == [0, 1, 2, 3]
+    size = store.rows()[-1].bytes
+    store.max_bytes = 3 * size  # the bound drops the oldest unpinned chunks: their frames leave the index
+    store.append(chunk([4, 5], unit_rows(2, seed=3)))
+    store.append(chunk([6, 7], unit_rows(2, seed=4)))
+    stamps, ids, _, _ = store.frame_index()
+    assert stamps.tolist() == [0, 1, 4, 5, 6, 7] and 2 not in ids.tolist()  # the first chunk is pinned
+    reopened = ArchiveStore.open(tmp_path / "again", IDENTITY, dtype="float32")
+    reopened.close()
+    store.clear()
+    assert len(store.frame_index()[0]) == 0
+    store.close()

@@ -60,8 +60,10 @@ def snapshots(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def node(domain, geometry, snapshots):
+    # the working memory alone answers a plain question here: its bound is what is asserted (the archive
+    # reads the day for one: test_node_archive.py, test_node_when_index.py)
     command = tiny_node(NS, [CAM, CAM_PNG], budget_tokens=geometry["budget"], max_question_tokens=64,
-                        snapshot_dir=snapshots)
+                        snapshot_dir=snapshots, archive_path="''")
     with Proc(command, child_env(domain)) as proc:
         yield proc
 
@@ -381,7 +383,7 @@ def test_the_uniform_policy_through_the_node(domain, bags, geometry):
     units keeps units 0, 2, 5 and 9 (spread over the stream, the first and the newest kept)."""
     ns = "/sc_uniform"
     budget = 4 * geometry["tokens_per_unit"]
-    with Proc(tiny_node(ns, [CAM], policy="uniform", budget_tokens=budget), child_env(domain)) as proc, \
+    with Proc(tiny_node(ns, [CAM], policy="uniform", budget_tokens=budget, archive_path="''"), child_env(domain)) as proc, \
             client_of(proc, domain, ns) as client:
         replay_lock_step(domain, bags["short"], ns, "--fast")
         r = client.ask("What is on the table?")

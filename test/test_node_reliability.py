@@ -44,8 +44,10 @@ def node_command(snapshot, policy="fifo", budget=None):
     extra = {"budget_tokens": budget, "snapshot_dir": snapshot.parents[1]} if budget else {}
     # an 8K frame is 100 MB: best-effort delivery loses messages that large, a reliable one does not
     extra[f"qos_overrides.{CAM}.subscription.reliability"] = "reliable"
+    # the working memory alone answers a plain question here: a fault in its answer is what is asserted (the archive
+    # reads the day for one: test_node_archive.py, test_node_when_index.py)
     return tiny_node(NS, [CAM, CAM_PNG], policy=policy, max_question_tokens=64, max_new_tokens=4,
-                     memory_snapshot_path=snapshot, **extra)
+                     memory_snapshot_path=snapshot, archive_path="''", **extra)
 
 
 @pytest.fixture(scope="module")

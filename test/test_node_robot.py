@@ -50,7 +50,10 @@ def bags(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def node(domain, per_unit, snapshots):
-    command = tiny_node(NS, [WRITTEN], budget_tokens=UNITS * per_unit, max_question_tokens=64, snapshot_dir=snapshots)
+    # the working memory alone answers a plain question here: its bound is what is asserted (the archive
+    # reads the day for one: test_node_archive.py, test_node_when_index.py)
+    command = tiny_node(NS, [WRITTEN], budget_tokens=UNITS * per_unit, max_question_tokens=64, snapshot_dir=snapshots,
+                        archive_path="''")
     with Proc(command, child_env(domain)) as proc:
         yield proc
 

@@ -38,7 +38,8 @@ def launched(tmp_path_factory):
     params = yaml.safe_load((ROOT / "config" / "streamcache.yaml").read_text())
     node_params = params["/**"]["ros__parameters"]
     assert node_params["budget_tokens"] != BUDGET_TOKENS and node_params["sample_fps"] != SAMPLE_FPS
-    node_params.update(budget_tokens=BUDGET_TOKENS, sample_fps=SAMPLE_FPS, policy="fifo")
+    # archive off: the working memory alone answers, and its frames are what the CLI prints
+    node_params.update(budget_tokens=BUDGET_TOKENS, sample_fps=SAMPLE_FPS, policy="fifo", archive_path="")
     params_file = tmp / "streamcache.yaml"
     params_file.write_text(yaml.safe_dump(params))
 

@@ -117,7 +117,7 @@ ENGINE_PARAMETERS: dict[str, ParameterInfo] = {
                            "reach past the working memory, kept across restarts; a folder, '' = off"),
     "archive_max_bytes": _P(DEFAULT_ARCHIVE_MAX_BYTES, "The archive's bound in bytes: past it the oldest chunks go "
                                                        "(the first chunk of each camera stays)", 1, None),
-    "recall_chunks": _P(4, "Archived chunks a question with no time window brings back for their relevance (ranked "
+    "recall_chunks": _P(2, "Archived chunks a question with no time window brings back for their relevance (ranked "
                            "by the index), beside the stream's first and newest chunks, answered over that short "
                            "replay whenever the archive reaches past the working memory (docs/archive.md \"Recall\")",
                         0, 64),

@@ -30,7 +30,7 @@ class ArchiveSettings:
     max_bytes: int = DEFAULT_MAX_BYTES
     # archived chunks a question with no window brings back for relevance, ranked by the index
     # (docs/archive.md "Recall")
-    recall_chunks: int = 4
+    recall_chunks: int = 2
     recent_chunks: int = 2  # the newest chunks of each camera replayed beside them ("now")
     max_replay_chunks: int = 64  # one short replay: 512 frames at 8 a chunk, well inside the models' range
     dtype: str = "float16"  # of the stored embeddings; "float32" is exact

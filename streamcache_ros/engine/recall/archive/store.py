@@ -29,6 +29,7 @@ from collections.abc import Iterator
 import numpy as np
 
 from ...errors import ArchiveError
+from .index_cache import IndexCache
 from .record import ArchivedChunk, EncodedChunk, STORE_DTYPES, pack_tensor, unpack_tensor
 
 FORMAT = 1
@@ -106,6 +107,7 @@ class ArchiveStore:
         self.buffer = ChunkBuffer(buffer_bytes)
         self.warnings = warnings  # what opening found and mended: the node logs each as a WARN
         self._held_bytes = int(db.execute("SELECT COALESCE(SUM(bytes), 0) FROM chunks").fetchone()[0])
+        self._index: IndexCache | None = None  # read from disk at the first ranking, then kept in step
 
     # -- opening ----------------------------------------------------------------------------------
     @classmethod
@@ -173,6 +175,10 @@ class ArchiveStore:
         # the buffer holds what the disk holds (the store's dtype), so a recall is the same from either
         stored = dataclasses.replace(chunk, embeds=unpack_tensor(embeds, embeds_shape, self.dtype), frame_vectors=None)
         self.buffer.put(chunk_id, stored, size)
+        if self._index is not None:
+            self._index.add(chunk_id, chunk.camera, chunk.stamps,
+                            None if vectors_blob is None else np.frombuffer(vectors_blob, np.float16).reshape(
+                                np.asarray(chunk.frame_vectors).shape))
         self._keep_within_bound()
         return chunk_id
 
@@ -198,6 +204,8 @@ class ArchiveStore:
                 dropped.append(chunk_id)
         for chunk_id in dropped:
             self.buffer.drop(chunk_id)
+            if self._index is not None:
+                self._index.drop(chunk_id)
         if dropped:
             # the freed pages go back to the file system, so the file stays near the bound
             self.db.execute("PRAGMA incremental_vacuum")
@@ -210,6 +218,7 @@ class ArchiveStore:
         self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         self._held_bytes = 0
         self.buffer.clear()
+        self._index = None
 
     # -- reading ----------------------------------------------------------------------------------
     def rows(self, since: float = -math.inf, until: float = math.inf, camera: str = "",
@@ -247,31 +256,25 @@ class ArchiveStore:
                                          "a when over them walks them instead")
                     log.warning(self.warnings[-1])
             self.db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (INDEX_META, index_model))
+        self._index = None
 
     def frame_index(self, since: float = -math.inf, until: float = math.inf,
                     camera: str = "") -> tuple[np.ndarray, np.ndarray, np.ndarray, list[int]]:
         """(stamps [N], chunk ids [N], vectors [N, dim] float16, unindexed chunk ids) of every archived
         frame stamped inside since..until (of ``camera``), oldest first; the chunks there without
         vectors are listed apart."""
-        query, args = self._span_query("id, stamps, frame_vectors, vectors_shape", since, until, camera)
-        stamps, ids, vectors, unindexed = [], [], [], []
-        for chunk_id, stamp_text, blob, shape in self.db.execute(query + " ORDER BY first_stamp, id", args):
-            chunk_stamps = np.asarray(json.loads(stamp_text), dtype=np.float64)
-            inside = (chunk_stamps >= since) & (chunk_stamps <= until)
-            if blob is None:
-                unindexed.append(int(chunk_id))
-                continue
-            dims = tuple(json.loads(shape))
-            rows = np.frombuffer(blob, dtype=np.float16).reshape(dims)
-            if len(rows) != len(chunk_stamps):
-                unindexed.append(int(chunk_id))
-                continue
-            stamps.append(chunk_stamps[inside])
-            vectors.append(rows[inside])
-            ids.append(np.full(int(inside.sum()), int(chunk_id), dtype=np.int64))
-        if not stamps:
-            return np.zeros(0), np.zeros(0, np.int64), np.zeros((0, 0), np.float16), unindexed
-        return np.concatenate(stamps), np.concatenate(ids), np.concatenate(vectors), unindexed
+        if self._index is None:
+            self._index = self._read_index()
+        return self._index.window(since, until, camera)
+
+    def _read_index(self) -> IndexCache:
+        """Every chunk's frame vectors from disk, once (a day: 0.3 s), into RAM."""
+        cache = IndexCache()
+        for chunk_id, camera, stamp_text, blob, shape in self.db.execute(
+                "SELECT id, camera, stamps, frame_vectors, vectors_shape FROM chunks"):
+            vectors = None if blob is None else np.frombuffer(blob, dtype=np.float16).reshape(tuple(json.loads(shape)))
+            cache.add(chunk_id, camera, json.loads(stamp_text), vectors)
+        return cache
 
     def frames_between(self, since: float = -math.inf, until: float = math.inf, camera: str = "") -> int:
         """How many archived frames are stamped inside since..until (of ``camera``): the chunks wholly
