@@ -4,8 +4,6 @@ with their chunk, read back by window, dropped when another encoder indexes, and
 rank and order candidates."""
 from __future__ import annotations
 
-import json
-import shutil
 import sqlite3
 
 import numpy as np
@@ -192,4 +190,17 @@ def test_the_index_in_ram_keeps_in_step_with_appends_and_the_bound(tmp_path):
     reopened.close()
     store.clear()
     assert len(store.frame_index()[0]) == 0
+    store.close()
+
+
+def test_a_standing_question_covers_a_window_only_when_every_chunk_there_has_its_answer(tmp_path):
+    store = ArchiveStore.open(tmp_path, IDENTITY, dtype="float32")
+    ids = [store.append(chunk([2 * k, 2 * k + 1])) for k in range(3)]
+    question = 'Did you see a "red" circle?'
+    assert not store.watch_covers(question)
+    store.note_watch(ids[1], {question: 0.9})
+    store.note_watch(ids[2], {question: 0.1, "Did you see a red circle": 0.5})
+    assert store.watch_covers(question, 2.0, 5.0) and not store.watch_covers(question)
+    assert not store.watch_covers("Did you see a red circle?", 2.0, 5.0)  # a prefix of another is not it
+    assert not store.watch_covers(question, 100.0, 200.0)  # no chunk there
     store.close()

@@ -121,3 +121,41 @@ def test_a_plain_question_recalls_the_chunks_the_index_ranks_best(indexed, strea
     assert answer.recalled_chunks >= 3  # the first chunk, the newest two, and the relevant ones
     frames = set(stream.identity_frames(identity, FRAMES))
     assert answer.option_index == (0 if frames else 1)
+
+
+@pytest.mark.parametrize("kind", ["when walk", "windowed ask", "when verified"])
+def test_a_replay_runs_off_the_turn_lock_while_a_chunk_is_encoded(kind, stream, encoder, tmp_path):
+    """The replay's prefill waits until a chunk has been encoded meanwhile: with the turn lock held
+    across the replay, that chunk could never be encoded and the wait would run out (a hang guard,
+    not a timing)."""
+    import threading
+
+    session = archived(tmp_path, encoder if kind == "when verified" else None)
+    for i in range(64):
+        session.add_frame(stream.frame(i), stream.stamp(i))
+    encoded, results = threading.Event(), []
+    prefill = session.memory._prefill
+
+    def prefill_after_a_chunk(rows):
+        results.append(encoded.wait(timeout=120))
+        return prefill(rows)
+    session.memory._prefill = prefill_after_a_chunk
+    identity = next(iter(stream.truth[0])).identity
+    ask = {"when walk": lambda: session.when(probe(identity), "first"),
+           "when verified": lambda: session.when(probe(identity), "first"),
+           "windowed ask": lambda: session.ask("How many objects are in view now?", ["0", "1", "2"], since=0.0,
+                                               until=stream.stamp(15))}[kind]
+    question = threading.Thread(target=lambda: results.append(ask()))
+    question.start()
+    before = session.status().chunks_encoded
+    for i in range(64, 72):  # one chunk: encoded under the turn lock while the question replays
+        session.add_frame(stream.frame(i), stream.stamp(i))
+    assert session.status().chunks_encoded == before + 1
+    encoded.set()
+    question.join(timeout=120)
+    assert results[0] is True and len(results) >= 2
+    answer = results[-1]
+    assert answer.recalled_chunks >= 1
+    if kind != "windowed ask":
+        assert answer.found_by == ("walk" if kind == "when walk" else "index")
+    session.close_archive()

@@ -76,20 +76,27 @@ class QuestionDesk:
             replay = self.tier.plan_ask(ids, camera, window, seen.clock, question)
             if replay is None and not seen.units:
                 self.ledger.visible(camera, window)  # refuses, as without an archive
-            if replay is not None:
-                return self._ask_replay(replay, question, options, camera, max_new_tokens, on_text, should_stop,
-                                        since, until, evidence_k, started)
-            probe = AttentionMass(self.evidence_layers, self.policy.geometry.num_layers, self.ledger.next_unit,
-                                  self.policy.geometry.device) if evidence_k else None
-            if options and self.config.options_mode == "scored":
-                reply = self.runner.score(ids, options, seen, probe, on_text, started)
-            else:
-                reply = self.runner.decode(ids, budget, started, seen, probe, on_text, should_stop)
-            evidence, summary_share = self.rank_evidence(probe, seen.units, window, evidence_k) if probe else ([], 0.0)
-            self.last_attention_mass = probe
-            self._book(question, reply.text, options, reply.ttft_ms)
-            held = self.tier.counts(seen.units, window=window)
-            searched_since, evicted_before = self.tier.reach(camera, window, held, self.tier.reads_archive(window))
+            if replay is None:
+                return self._ask_memory(ids, seen, question, options, camera, window, budget, on_text, should_stop,
+                                        evidence_k, free_text, started)
+        # the replay is prefilled and asked off the turn lock: chunks keep being taken in meanwhile
+        return self._ask_replay(replay, question, options, camera, max_new_tokens, on_text, should_stop, since,
+                                until, evidence_k, started)
+
+    def _ask_memory(self, ids, seen, question, options, camera, window, budget, on_text, should_stop, evidence_k,
+                    free_text, started) -> Answer:
+        """``ask`` on the working memory, under the turn lock."""
+        probe = AttentionMass(self.evidence_layers, self.policy.geometry.num_layers, self.ledger.next_unit,
+                              self.policy.geometry.device) if evidence_k else None
+        if options and self.config.options_mode == "scored":
+            reply = self.runner.score(ids, options, seen, probe, on_text, started)
+        else:
+            reply = self.runner.decode(ids, budget, started, seen, probe, on_text, should_stop)
+        evidence, summary_share = self.rank_evidence(probe, seen.units, window, evidence_k) if probe else ([], 0.0)
+        self.last_attention_mass = probe
+        self._book(question, reply.text, options, reply.ttft_ms)
+        held = self.tier.counts(seen.units, window=window)
+        searched_since, evicted_before = self.tier.reach(camera, window, held, self.tier.reads_archive(window))
         index = reply.option_index if reply.option_index is not None else match_option(reply.text, options)
         return Answer(text=reply.text.strip(), option_index=index, answer_tokens=reply.tokens, ttft_ms=reply.ttft_ms,
                       total_ms=(time.perf_counter() - started) * 1e3, frames_in_memory=held.frames,
@@ -104,10 +111,11 @@ class QuestionDesk:
         """``ask`` over a replay of archived chunks (recall/tier.py), booked as this memory's question."""
         answer = replay.session.ask(question, options, camera, max_new_tokens, on_text, should_stop, since, until,
                                     evidence_k)
-        self._book(question, answer.text, list(options), answer.ttft_ms)
         window = checks.checked_window(since, until)
-        searched_since, evicted_before = self.tier.reach(camera, window, self.tier.seen_counts(camera, window),
-                                                         archive_read=True)
+        with self.lock.question():
+            self._book(question, answer.text, list(options), answer.ttft_ms)
+            searched_since, evicted_before = self.tier.reach(camera, window, self.tier.seen_counts(camera, window),
+                                                             archive_read=True)
         # a window longer than one replay was read in part: said, as frames held nowhere it read are
         return dataclasses.replace(answer, recalled_chunks=len(replay.chunks), searched_since=searched_since,
                                    evicted_before=evicted_before or replay.left_out > 0,
@@ -128,28 +136,35 @@ class QuestionDesk:
         window = checks.checked_window(since, until)
         with self.lock.question():
             seen = self._select(camera, window or Window(), len(ids), 1)
+            # the index covers the window, or a standing question noted its answers over all of it
+            indexed = self.tier.index_covers(camera, window or Window()) or (
+                mode != "timeline" and self.tier.standing_answers(question, camera, window or Window()) is not None)
+            replays = None if indexed else self.tier.plan_when(ids, camera, window or Window(), seen.clock, mode)
+            if not indexed and replays is None:
+                if not seen.units:
+                    self.ledger.visible(camera, window)  # refuses, as without an archive
+                return self._when_memory(ids, seen, mode, camera, window, started)
+        # the index, and the replays that verify or walk, run off the turn lock: the cameras go on
+        if indexed:  # from the standing answers, or retrieved then verified
             found = find_moment(self.tier, question, mode, camera, window or Window(), self.moment, started)
-            if found is not None:  # the index covers the window: retrieved, then verified
+            with self.lock.question():
                 self.questions_answered += 1
-                found = self._with_reach(found, camera, window, self.tier.seen_counts(camera, window), True)
-                return found
-            replays = self.tier.plan_when(ids, camera, window or Window(), seen.clock, mode)
-            found = self._when_replays(replays, question, mode, camera, since, until, started)
-            if found is None and not seen.units:
-                self.ledger.visible(camera, window)  # refuses, as without an archive
-            if found is not None:
-                return found
-            # the frames in memory, as frames_in_memory counts them: one count of what was searched
-            counted = self.ledger.counted(self.policy.unit_tokens(), seen.units) or seen.units
-            units = sorted(counted, key=lambda u: (min(self.ledger.units[u].stamps), u))
-            found = when_search.search(mode, len(units), lambda windows: self.runner.yes([ids] * len(windows), [
-                [units[i] for i in w] for w in windows], seen.clock), when_search.SearchSettings.within(
-                self.config.rows_per_pass, self.config.chunk_frames // self.adapter.frames_per_unit))
-            self.questions_answered += 1
-            found = when_search.answer(found, mode, [self.ledger.units[u] for u in units], window or Window(),
-                                       (time.perf_counter() - started) * 1e3)
-            searched = self.tier.counts(units, window) if found.frames_searched else None
-            return self._with_reach(found, camera, window, searched, self.tier.archive is not None)
+                return self._with_reach(found, camera, window, self.tier.seen_counts(camera, window), True)
+        return self._when_replays(replays, question, mode, camera, since, until, started)
+
+    def _when_memory(self, ids, seen, mode, camera, window, started) -> WhenAnswer:
+        """``when`` searched in the working memory, under the turn lock."""
+        # the frames in memory, as frames_in_memory counts them: one count of what was searched
+        counted = self.ledger.counted(self.policy.unit_tokens(), seen.units) or seen.units
+        units = sorted(counted, key=lambda u: (min(self.ledger.units[u].stamps), u))
+        found = when_search.search(mode, len(units), lambda windows: self.runner.yes([ids] * len(windows), [
+            [units[i] for i in w] for w in windows], seen.clock), when_search.SearchSettings.within(
+            self.config.rows_per_pass, self.config.chunk_frames // self.adapter.frames_per_unit))
+        self.questions_answered += 1
+        found = when_search.answer(found, mode, [self.ledger.units[u] for u in units], window or Window(),
+                                   (time.perf_counter() - started) * 1e3)
+        searched = self.tier.counts(units, window) if found.frames_searched else None
+        return self._with_reach(found, camera, window, searched, self.tier.archive is not None)
 
     def _with_reach(self, found: WhenAnswer, camera: str, window: Window | None, held: MemoryCounts | None,
                     archive_read: bool) -> WhenAnswer:
@@ -160,9 +175,9 @@ class QuestionDesk:
                                    frames_in_window=self.tier.frames_in_window(camera, window, held),
                                    may_be_older=found.found and found.may_be_older and evicted_before)
 
-    def _when_replays(self, replays, question, mode, camera, since, until, started) -> WhenAnswer | None:
-        """``when`` over the archive's replays, tried in order until one finds the answer
-        (recall/tier.py); None when there were none (the working memory holds the window whole)."""
+    def _when_replays(self, replays, question, mode, camera, since, until, started) -> WhenAnswer:
+        """``when`` over the archive's replays (at least one), tried in order until one finds the
+        answer (recall/tier.py), off the turn lock."""
         found, chunks, asked, searched, at_edge, left_out = None, 0, 0, 0, False, 0
         for tried, replay in enumerate(replays):
             left_out += replay.left_out  # a timeline over a window longer than one replay
@@ -172,14 +187,13 @@ class QuestionDesk:
             at_edge = found.may_be_older and tried == 0  # mode first walks the oldest replay first
             if found.found:
                 break
-        if found is None:
-            return None
-        self.questions_answered += 1
         window = checks.checked_window(since, until)
         found = dataclasses.replace(found, recalled_chunks=chunks, questions_asked=asked, frames_searched=searched,
                                     may_be_older=at_edge, total_ms=(time.perf_counter() - started) * 1e3,
                                     found_by="walk")
-        found = self._with_reach(found, camera, window, self.tier.seen_counts(camera, window), archive_read=True)
+        with self.lock.question():
+            self.questions_answered += 1
+            found = self._with_reach(found, camera, window, self.tier.seen_counts(camera, window), archive_read=True)
         return dataclasses.replace(found, evicted_before=found.evicted_before or left_out > 0)
 
     # -- standing questions -------------------------------------------------------------------------

@@ -20,8 +20,7 @@ methods only, and to the working memory through the ledger and the policy's acco
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Protocol
+from typing import Any, Callable, Protocol
 
 import numpy as np
 import torch
@@ -44,12 +43,24 @@ class ScratchMemory(Protocol):
     def take_in(self, chunk: EncodedChunk) -> Any: ...
 
 
-@dataclass
 class Replay:
-    session: Any  # the scratch memory over the replayed chunks alone; questions are asked of it
-    chunks: list[ArchivedChunk]
-    recalled: int  # of them, the chunks brought back for their relevance to the question
-    left_out: int = 0  # the window's archived chunks the replay could not hold (read nowhere)
+    """A short replay of archived chunks. Planned under the turn lock (which chunks: cheap), prefilled
+    when ``session`` is first read, off the lock: the working memory and the cameras go on meanwhile
+    (docs/archive.md "Questions never stop the cameras")."""
+
+    def __init__(self, chunks: list[ArchivedChunk], recalled: int, left_out: int = 0,
+                 prefill: Callable[[list[ArchivedChunk]], Any] | None = None):
+        self.chunks = chunks
+        self.recalled = recalled  # of them, the chunks brought back for their relevance to the question
+        self.left_out = left_out  # the window's archived chunks the replay could not hold (read nowhere)
+        self._prefill, self._session = prefill, None
+
+    @property
+    def session(self):
+        """The scratch memory over the replayed chunks alone; questions are asked of it."""
+        if self._session is None:
+            self._session = self._prefill(self.chunks)
+        return self._session
 
 
 class MemoryTier:
@@ -197,32 +208,38 @@ class MemoryTier:
     def standing_answers(self, question: str, camera: str, window: Window) -> list[tuple[ArchivedChunk, float]] | None:
         """The P(yes) a standing question got over every archived chunk of ``window``, oldest first;
         None unless each chunk there has it (it stood for the whole window)."""
-        if self.archive is None:
+        if self.archive is None or not self.archive.watch_covers(question, *window.bounds(), camera):
             return None
         rows = self.archive.rows(*window.bounds(), camera)
         if not rows or any(question not in row.watch for row in rows):
             return None
         return [(row, row.watch[question]) for row in rows]
 
+    def index_covers(self, camera: str, window: Window) -> bool:
+        """Whether the index ranks every archived frame of ``window`` (a ``when`` then retrieves)."""
+        if self.archive is None or self.encoder is None:
+            return False
+        stamps, _, _, unindexed = self.archive.frame_index(*window.bounds(), camera)
+        return len(stamps) > 0 and not unindexed
+
     def plan_when(self, ids: list[int], camera: str, window: Window, clock: int | None,
-                  mode: str) -> Iterator[Replay]:
-        """The replays a ``when`` search runs over, in the order it should try them; none when the
+                  mode: str) -> list[Replay] | None:
+        """The replays a ``when`` search runs over, in the order it should try them (each prefilled as
+        it is searched, off the turn lock); None when the
         working memory holds the window whole. ``last`` and ``first`` walk every archived chunk of
         the window, newest (oldest) first, one replay of ``max_replay_chunks`` at a time, so the
         search stops at the first replay that says yes and no chunk is left unsearched; ``timeline``
         runs over one replay: all the window's chunks when they fit, else the most relevant with the
         window's ends (archive/plan.py)."""
         if self.archive is None or not self._archive_reaches(window, camera, self.whole_since(camera)):
-            return
+            return None
         if mode == "timeline":
             rows = self.archive.window(window.since, window.until, camera, self._question(ids, clock))
-            yield self._replay(rows, 0, len(self.archive.rows(window.since, window.until, camera)) - len(rows))
-            return
+            return [self._replay(rows, 0, len(self.archive.rows(window.since, window.until, camera)) - len(rows))]
         rows = self.archive.rows(window.since, window.until, camera)
         size = self.archive.settings.max_replay_chunks
         batches = [rows[i:i + size] for i in range(0, len(rows), size)]
-        for batch in (reversed(batches) if mode == "last" else batches):
-            yield self._replay(batch, 0)
+        return [self._replay(batch, 0) for batch in (reversed(batches) if mode == "last" else batches)]
 
     def _archive_reaches(self, window: Window, camera: str, whole_since: float) -> bool:
         """Whether the archive holds frames of ``window`` older than ``whole_since``, where the
@@ -247,13 +264,15 @@ class MemoryTier:
         return question_vector([queries[layer] for layer in self.key_layers], policy.geometry.num_kv_heads)
 
     def _replay(self, rows: list[ArchivedChunk], recalled: int, left_out: int = 0) -> Replay | None:
-        if not rows:
-            return None
+        return Replay(rows, recalled, max(left_out, 0), self._prefill) if rows else None
+
+    def _prefill(self, rows: list[ArchivedChunk]) -> ScratchMemory:
+        """A scratch memory over ``rows``, read through the archive's own read connection."""
         scratch = self.make_scratch()
         for row in self.archive.load(rows):
             scratch.take_in(row.chunk)
             row.chunk = None  # payloads go as soon as they are prefilled
-        return Replay(scratch, rows, recalled, max(left_out, 0))
+        return scratch
 
     def frames_in_window(self, camera: str, window: Window | None, held: MemoryCounts | None) -> int:
         """Frames held inside ``window`` (of ``camera``): the archive's (every chunk goes there) or,

@@ -60,6 +60,9 @@ class Archive:
         """Whether a chunk with a frame stamped inside since..until (of ``camera``) is archived."""
         return self.store.holds(since, until, camera)
 
+    def watch_covers(self, question: str, since: float = -math.inf, until: float = math.inf, camera: str = "") -> bool:
+        return self.store.watch_covers(question, since, until, camera)
+
     def frames_between(self, since: float = -math.inf, until: float = math.inf, camera: str = "") -> int:
         return self.store.frames_between(since, until, camera)
 

@@ -47,6 +47,10 @@ class ChunkStore(Protocol):
                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[int]]:
         """(stamps, chunk ids, vectors, unindexed chunk ids) of the frames stamped inside since..until."""
 
+    def watch_covers(self, question: str, since: float = -math.inf, until: float = math.inf,
+                     camera: str = "") -> bool:
+        """Whether every chunk inside since..until has a standing answer to ``question``."""
+
     def frames_between(self, since: float = -math.inf, until: float = math.inf, camera: str = "") -> int:
         """How many archived frames are stamped inside since..until (of ``camera``)."""
 

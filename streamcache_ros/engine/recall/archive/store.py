@@ -103,6 +103,9 @@ class ArchiveStore:
     def __init__(self, folder: pathlib.Path, db: sqlite3.Connection, lock_file, dtype: str, max_bytes: int,
                  buffer_bytes: int, warnings: list[str]):
         self.folder, self.db, self._lock_file = folder, db, lock_file
+        # reads go through a connection of their own: a question's replay reads off the turn lock
+        # while ingest writes through ``db`` (WAL: a reader sees every committed chunk, never half one)
+        self.reader = _reader(folder / DB_NAME)
         self.dtype, self.max_bytes = dtype, int(max_bytes)
         self.buffer = ChunkBuffer(buffer_bytes)
         self.warnings = warnings  # what opening found and mended: the node logs each as a WARN
@@ -138,6 +141,9 @@ class ArchiveStore:
             raise
 
     def close(self) -> None:
+        if getattr(self, "reader", None) is not None:
+            self.reader.close()
+            self.reader = None
         if self.db is not None:
             self.db.close()
             self.db = None
@@ -234,7 +240,7 @@ class ArchiveStore:
         columns = ROW_COLUMNS + (", retrieval_key, key_shape" if with_keys else "")
         query, args = self._span_query(columns, since, until, camera)
         shapes: dict[str, tuple] = {}  # a day's keys come in a few shapes: each parsed once
-        for row in self.db.execute(query + " ORDER BY first_stamp, id", args):
+        for row in self.reader.execute(query + " ORDER BY first_stamp, id", args):
             chunk = _row(row)
             if with_keys and row[10] is not None:
                 chunk.key = _key(row[10], row[11], shapes)
@@ -270,20 +276,29 @@ class ArchiveStore:
     def _read_index(self) -> IndexCache:
         """Every chunk's frame vectors from disk, once (a day: 0.3 s), into RAM."""
         cache = IndexCache()
-        for chunk_id, camera, stamp_text, blob, shape in self.db.execute(
+        for chunk_id, camera, stamp_text, blob, shape in self.reader.execute(
                 "SELECT id, camera, stamps, frame_vectors, vectors_shape FROM chunks"):
             vectors = None if blob is None else np.frombuffer(blob, dtype=np.float16).reshape(tuple(json.loads(shape)))
             cache.add(chunk_id, camera, json.loads(stamp_text), vectors)
         return cache
 
+    def watch_covers(self, question: str, since: float = -math.inf, until: float = math.inf,
+                     camera: str = "") -> bool:
+        """Whether every chunk with a frame inside since..until (of ``camera``) has a standing answer
+        to ``question`` (and there is one): asked in SQL, so a question that never stood costs no
+        row's parsing. ``note_watch`` writes each answer as ``"question": p``."""
+        query, args = self._span_query("COUNT(*), SUM(instr(watch, ?) = 0)", since, until, camera)
+        count, missing = self.reader.execute(query, [json.dumps(question) + ":"] + args).fetchone()
+        return bool(count) and not missing
+
     def frames_between(self, since: float = -math.inf, until: float = math.inf, camera: str = "") -> int:
         """How many archived frames are stamped inside since..until (of ``camera``): the chunks wholly
         inside counted in SQL, the two or so across an edge by their stamps."""
         query, args = self._span_query("SUM(json_array_length(stamps))", since, until, camera)
-        whole = self.db.execute(query + " AND first_stamp >= ? AND last_stamp <= ?",
+        whole = self.reader.execute(query + " AND first_stamp >= ? AND last_stamp <= ?",
                                 args + [_sql_stamp(since), _sql_stamp(until)]).fetchone()[0] or 0
         query, args = self._span_query("stamps", since, until, camera)
-        edges = self.db.execute(query + " AND (first_stamp < ? OR last_stamp > ?)", args + [_sql_stamp(since),
+        edges = self.reader.execute(query + " AND (first_stamp < ? OR last_stamp > ?)", args + [_sql_stamp(since),
                                                                                           _sql_stamp(until)])
         return int(whole) + sum(1 for (text,) in edges for s in json.loads(text) if since <= s <= until)
 
@@ -299,7 +314,7 @@ class ArchiveStore:
         columns = "id, camera, first_stamp, last_stamp, pinned" + (", retrieval_key, key_shape" if with_keys else "")
         query, args = self._span_query(columns, -math.inf, math.inf, camera)
         out, shapes = [], {}
-        for row in self.db.execute(query + " ORDER BY first_stamp, id", args):
+        for row in self.reader.execute(query + " ORDER BY first_stamp, id", args):
             chunk = ArchivedChunk(chunk_id=int(row[0]), camera=row[1], first_stamp=float(row[2]),
                                   last_stamp=float(row[3]), stamps=[], unit_frames=[], tokens_per_unit=0,
                                   pinned=bool(row[4]))
@@ -313,7 +328,7 @@ class ArchiveStore:
         if not rows:
             return []
         marks = ", ".join("?" * len(rows))
-        found = {int(r[0]): _row(r) for r in self.db.execute(f"SELECT {ROW_COLUMNS} FROM chunks WHERE id IN ({marks})",
+        found = {int(r[0]): _row(r) for r in self.reader.execute(f"SELECT {ROW_COLUMNS} FROM chunks WHERE id IN ({marks})",
                                                               [row.chunk_id for row in rows])}
         missing = [row.chunk_id for row in rows if row.chunk_id not in found]
         if missing:
@@ -339,7 +354,7 @@ class ArchiveStore:
             row.chunk = self.buffer.get(row.chunk_id)
             if row.chunk is not None:
                 continue
-            found = self.db.execute("SELECT embeds, embeds_shape, positions, positions_shape FROM chunks WHERE id = ?",
+            found = self.reader.execute("SELECT embeds, embeds_shape, positions, positions_shape FROM chunks WHERE id = ?",
                                     (row.chunk_id,)).fetchone()
             if found is None:
                 raise ArchiveError(f"archived chunk {row.chunk_id} is gone (dropped by archive_max_bytes)")
@@ -351,7 +366,7 @@ class ArchiveStore:
     def stats(self) -> dict:
         """Chunks, bytes held (payloads), the bound, the files' bytes on disk, the free bytes of their
         file system, the oldest and newest stamps, and the folder (the fields of ArchiveStatus)."""
-        count, oldest, newest = self.db.execute("SELECT COUNT(*), MIN(first_stamp), MAX(last_stamp) FROM chunks").fetchone()
+        count, oldest, newest = self.reader.execute("SELECT COUNT(*), MIN(first_stamp), MAX(last_stamp) FROM chunks").fetchone()
         file_bytes = sum(p.stat().st_size for p in self.folder.glob(DB_NAME + "*") if p.is_file())
         try:
             disk_free = shutil.disk_usage(self.folder).free
@@ -432,6 +447,12 @@ def _open_db(path: pathlib.Path) -> sqlite3.Connection:
         if column.split()[0] not in columns:
             db.execute(f"ALTER TABLE chunks ADD COLUMN {column}")
     return db
+
+
+def _reader(path: pathlib.Path) -> sqlite3.Connection:
+    reader = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
+    reader.execute("PRAGMA query_only = 1")
+    return reader
 
 
 def _salvage(path: pathlib.Path, reason: str, warnings: list[str]) -> sqlite3.Connection:
