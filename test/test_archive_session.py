@@ -170,3 +170,32 @@ def test_a_window_longer_than_one_replay_says_it_was_read_in_part(stream, tmp_pa
     timeline = session.when("Did you see a red circle?", "timeline", since=stream.stamp(0), until=stream.stamp(47))
     assert timeline.recalled_chunks == 3 and timeline.evicted_before
     session.close_archive()
+
+
+def test_questions_between_frames_do_not_split_the_archives_chunks(stream, tmp_path):
+    """A question encodes the frames waiting for their chunk (it must see them): those parts are
+    archived at once, then replaced by one chunk made again from their frames once they add up to a
+    chunk, so the bytes a frame take do not depend on how often questions come."""
+    quiet = archived_session("qwen2_5_vl", tmp_path / "quiet")
+    feed(quiet, stream, range(24))
+    asked = archived_session("qwen2_5_vl", tmp_path / "asked")
+    for i in range(27):
+        asked.add_frame(stream.frame(i), stream.stamp(i))
+        if i % 3 == 2:  # a question after every third frame: each flushes a part of 3 (or 2) frames
+            asked.ask("How many objects are in view now?", ["0", "1", "2"])
+    rows = asked.memory.archive.rows()
+    # every frame archived once, in whole chunks: three parts of 3 made one chunk of 9, three times
+    assert sorted(s for r in rows for s in r.stamps) == [stream.stamp(i) for i in range(27)]
+    assert [len(r.stamps) for r in rows] == [9, 9, 9]
+    whole = [r for r in rows if len(r.stamps) >= 8]
+    per_frame = sum(r.bytes for r in whole) / sum(len(r.stamps) for r in whole)
+    quiet_rows = quiet.memory.archive.rows()
+    quiet_per_frame = sum(r.bytes for r in quiet_rows) / sum(len(r.stamps) for r in quiet_rows)
+    assert per_frame <= 1.15 * quiet_per_frame
+    assert rows[0].pinned  # the camera's first chunk stays pinned when its parts are made whole
+    # the whole chunk answers a question over its window as the quiet archive's does
+    q = stream.window_questions(27, 0, 7, np.random.default_rng(4), ("now_count",))[0]
+    a = asked.ask(q.text, q.options, since=stream.stamp(0), until=stream.stamp(7))
+    b = quiet.ask(q.text, q.options, since=stream.stamp(0), until=stream.stamp(7))
+    assert a.recalled_chunks >= 1 and a.option_index == b.option_index
+    quiet.close_archive(), asked.close_archive()

@@ -60,6 +60,7 @@ class Session:
         self.memory = MemoryTier(adapter, policy, self.ledger, lambda: Session(adapter, make_policy("full"), self.config))
         self.chunks = ChunkPipeline(adapter, policy, self.ledger, self.config, keep=self.memory.keep,
                                     index_frames=self.memory.index_frames)
+        self.memory.make_whole(self.config.chunk_frames, self.chunks.encode_only)
         self.guidance = self.chunks.guidance  # computes what a policy's guidance_request asks for
         # model + cache: one forward pass at a time; a waiting chunk goes before waiting questions
         self._cache_lock = TurnLock()

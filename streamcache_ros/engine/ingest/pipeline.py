@@ -36,10 +36,10 @@ from ..status import ChunkReport, CompressionOutcome, Exchange
 
 class ChunkPipeline:
     def __init__(self, adapter: ModelAdapter, policy: CachePolicy, ledger: UnitLedger, config: SessionConfig,
-                 keep: Callable[[EncodedChunk, object, int], None] | None = None,
+                 keep: Callable[..., None] | None = None,
                  index_frames: Callable[[list[np.ndarray]], np.ndarray | None] | None = None):
         self.adapter, self.policy, self.ledger, self.config = adapter, policy, ledger, config
-        self.keep = keep  # called with (encoded chunk, retrieval key, chunk id) once a chunk is booked
+        self.keep = keep  # called with (encoded chunk, retrieval key, chunk id, its frames) once a chunk is booked
         self.index_frames = index_frames  # the archive index's vector of each frame (None: no index)
         self.guidance = GuidanceProvider(adapter)  # computes what a policy's guidance_request asks for
         self.key_layers: tuple[int, ...] = ()  # layers whose keys make a chunk's retrieval key (archive on)
@@ -57,7 +57,8 @@ class ChunkPipeline:
         the past exchanges a policy's guidance may read. Raises ChunkError (``kept`` says whether
         the frames stayed in memory); a chunk booked (compressed or not) has gone to ``keep``."""
         stamps = [float(stamp) for _, stamp in batch]
-        return self._run(camera, stamps, history, lambda source, clock: self._encode(camera, batch, stamps, clock))
+        return self._run(camera, stamps, history, lambda source, clock: self._encode(camera, batch, stamps, clock),
+                         frames=batch)
 
     def run_encoded(self, chunk: EncodedChunk, history: list[Exchange]) -> ChunkReport:
         """A chunk the vision encoder saw before (an archived one): prefilled and compressed as
@@ -65,7 +66,7 @@ class ChunkPipeline:
         return self._run(chunk.camera, list(chunk.stamps), history,
                          lambda source, clock: self._make_room(chunk.rel_positions, clock) or chunk)
 
-    def _run(self, camera: str, stamps: list[float], history: list[Exchange], encode) -> ChunkReport:
+    def _run(self, camera: str, stamps: list[float], history: list[Exchange], encode, frames=None) -> ChunkReport:
         self.attempts += 1
         source = f"chunk of {len(stamps)} frame(s) from '{camera or 'default'}'"
         started = time.perf_counter()
@@ -85,7 +86,7 @@ class ChunkPipeline:
         self.ledger.book_chunk(camera, encoded.unit_stamps(), encoded.tokens_per_unit)
         self.encoded += 1
         if self.keep is not None:  # kept even when its compression failed: its frames are in memory
-            self.keep(encoded, key, chunk_id)
+            self.keep(encoded, key, chunk_id, frames)
         # the units that left the cache: the outcome lists them; after a failed compression the
         # cache says what it still holds
         if compress_error is None:
@@ -110,9 +111,17 @@ class ChunkPipeline:
                 clock: int) -> EncodedChunk:
         """The frames through the adapter's preprocessing and vision encoder, room made for them
         before the encoder runs."""
+        return self.encode_only(camera, batch, stamps, lambda rel: self._make_room(rel, clock))
+
+    def encode_only(self, camera: str, batch: list[tuple[np.ndarray, float]], stamps: list[float] | None = None,
+                    before_encoding=None) -> EncodedChunk:
+        """The frames through preprocessing, the vision encoder and the index, nothing prefilled (the
+        archive's whole chunk made again from frames a question took in parts: recall/tier.py)."""
+        stamps = [float(stamp) for _, stamp in batch] if stamps is None else stamps
         inputs = self.adapter.preprocess([frame for frame, _ in batch])
         rel = self.adapter.chunk_rel_positions(inputs)
-        self._make_room(rel, clock)
+        if before_encoding is not None:
+            before_encoding(rel)
         failpoints.hit("encode", chunk=self.attempts)
         embeds = self.adapter.encode(inputs)
         frames = [frame for frame, _ in batch]

@@ -71,6 +71,10 @@ class MemoryTier:
         self.encoder: RetrievalEncoder | None = None  # the index's dual encoder (None: no index)
         self.key_layers: tuple[int, ...] = ()
         self.archive_ids: dict[int, int] = {}  # the ledger's chunk id -> the archive's, for standing answers
+        # a question's partial chunks, per camera, until they add up to a whole one (``keep``)
+        self.parts: dict[str, tuple[list, list[int], list[int]]] = {}
+        self.chunk_frames = 0  # 0: parts stay as they are
+        self.encode_whole = None  # (camera, frames) -> EncodedChunk: the vision encoder alone
 
     # -- the archive ------------------------------------------------------------------------------
     def attach(self, archive: Archive, key_layers: tuple[int, ...], encoder: RetrievalEncoder | None = None) -> None:
@@ -78,6 +82,7 @@ class MemoryTier:
         and its frames' vectors when ``encoder`` indexes them (docs/archive.md "The index")."""
         self.archive, self.key_layers, self.encoder = archive, tuple(key_layers), encoder
         self.archive_ids.clear()
+        self.parts.clear()
         if encoder is not None:
             archive.use_index(encoder.model_id)
 
@@ -92,11 +97,31 @@ class MemoryTier:
         self.archive_ids.clear()
         return archive
 
-    def keep(self, chunk: EncodedChunk, key, chunk_id: int) -> None:
-        """A chunk just booked into the working memory, into the archive (ingest calls it)."""
+    def make_whole(self, chunk_frames: int, encode_whole) -> None:
+        """Partial chunks (a question encodes the frames waiting for their chunk) are archived as they
+        come, then replaced by one chunk made again from their frames once they add up to
+        ``chunk_frames``: the archive's bytes per frame do not depend on how often questions come
+        (docs/archive.md "Questions never stop the cameras")."""
+        self.chunk_frames, self.encode_whole = int(chunk_frames), encode_whole
+
+    def keep(self, chunk: EncodedChunk, key, chunk_id: int, frames=None) -> None:
+        """A chunk just booked into the working memory, into the archive (ingest calls it with the
+        chunk's frames, when it has them)."""
         if self.archive is None:
             return
         self.archive_ids[chunk_id] = self.archive.add(chunk, key)
+        parts = self.parts.get(chunk.camera)
+        whole = len(chunk.stamps) >= self.chunk_frames
+        if frames is not None and self.encode_whole is not None and (parts or not whole):
+            parts = self.parts.setdefault(chunk.camera, ([], [], []))
+            parts[0].extend(frames)
+            parts[1].append(self.archive_ids[chunk_id])
+            parts[2].append(chunk_id)
+            if len(parts[0]) >= self.chunk_frames:
+                del self.parts[chunk.camera]
+                merged = self.archive.replace(parts[1], self.encode_whole(chunk.camera, parts[0]), key)
+                for part in parts[2]:
+                    self.archive_ids[part] = merged
         for old in [c for c in self.archive_ids if c < chunk_id - WATCHED_CHUNKS]:
             del self.archive_ids[old]
 
@@ -109,6 +134,7 @@ class MemoryTier:
         if self.archive is not None:
             self.archive.clear()
         self.archive_ids.clear()
+        self.parts.clear()
 
     # -- the working memory -----------------------------------------------------------------------
     def counts(self, units=None, window: Window | None = None) -> MemoryCounts:

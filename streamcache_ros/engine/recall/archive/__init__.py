@@ -69,6 +69,10 @@ class Archive:
     def note_watch(self, chunk_id: int, answers: dict[str, float]) -> None:
         self.store.note_watch(chunk_id, answers)
 
+    def replace(self, chunk_ids: list[int], chunk: EncodedChunk, key: np.ndarray | None) -> int:
+        """``chunk`` in place of the chunks ``chunk_ids`` (its parts), in one transaction."""
+        return self.store.replace(chunk_ids, chunk, key)
+
     def rows(self, since: float = -math.inf, until: float = math.inf, camera: str = "") -> list[ArchivedChunk]:
         """The chunks with a frame stamped inside since..until (of ``camera``), oldest first, light."""
         return self.store.rows(since, until, camera)

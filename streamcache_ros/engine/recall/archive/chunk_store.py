@@ -18,6 +18,10 @@ class ChunkStore(Protocol):
         """Keep ``chunk`` (durably, with its retrieval key); returns its id. Past the bound the
         oldest chunks go."""
 
+    def replace(self, chunk_ids: list[int], chunk: EncodedChunk, key: np.ndarray | None = None) -> int:
+        """``chunk`` kept in place of the chunks ``chunk_ids`` (its parts), in one transaction; its
+        standing answers the parts' best, pinned when one of them was."""
+
     def note_watch(self, chunk_id: int, answers: dict[str, float]) -> None:
         """The standing questions' P(yes) over chunk ``chunk_id``."""
 

@@ -156,6 +156,15 @@ class ArchiveStore:
     def append(self, chunk: EncodedChunk, key: np.ndarray | None = None) -> int:
         """Write one chunk in one transaction, then drop the oldest unpinned chunks past the bound;
         returns the chunk's id. The first chunk of a camera is pinned: "first" questions need it."""
+        return self._write(chunk, key, [])
+
+    def replace(self, chunk_ids: list[int], chunk: EncodedChunk, key: np.ndarray | None = None) -> int:
+        """``chunk`` in place of the chunks ``chunk_ids`` (the parts it was made again from), in one
+        transaction: a reader sees the parts or the whole, never both or neither. Pinned when a part
+        was; its standing answers each question's best over the parts."""
+        return self._write(chunk, key, [int(c) for c in chunk_ids])
+
+    def _write(self, chunk: EncodedChunk, key: np.ndarray | None, replacing: list[int]) -> int:
         embeds, embeds_shape = pack_tensor(chunk.embeds, self.dtype)
         positions, positions_shape = pack_tensor(chunk.rel_positions, "float32")
         key_blob = key_shape = None
@@ -167,17 +176,31 @@ class ArchiveStore:
             vectors16 = np.asarray(chunk.frame_vectors, dtype=np.float16)
             vectors_blob, vectors_shape = vectors16.tobytes(), json.dumps(list(vectors16.shape))
         size = len(embeds) + len(positions) + (len(key_blob) if key_blob else 0) + len(vectors_blob or b"")
+        freed, watch = 0, {}
         with self.db:  # the chunk and its index entry in one transaction: never one without the other
             pinned = self.db.execute("SELECT 1 FROM chunks WHERE camera = ? LIMIT 1", (chunk.camera,)).fetchone() is None
+            for part, part_pinned, part_watch, part_bytes in self.db.execute(
+                    f"SELECT id, pinned, watch, bytes FROM chunks WHERE id IN ({', '.join('?' * len(replacing))})",
+                    replacing).fetchall() if replacing else []:
+                pinned = pinned or bool(part_pinned)
+                for question, p in json.loads(part_watch).items():
+                    watch[question] = max(watch.get(question, 0.0), p)
+                freed += int(part_bytes)
+                self.db.execute("DELETE FROM chunks WHERE id = ?", (part,))
             cursor = self.db.execute(
                 "INSERT INTO chunks (camera, first_stamp, last_stamp, stamps, unit_frames, tokens_per_unit, embeds, "
                 "embeds_shape, positions, positions_shape, retrieval_key, key_shape, pinned, bytes, frame_vectors, "
-                "vectors_shape) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "vectors_shape, watch) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (chunk.camera, min(chunk.stamps), max(chunk.stamps), json.dumps(chunk.stamps),
                  json.dumps([list(u) for u in chunk.unit_frames]), chunk.tokens_per_unit, embeds, embeds_shape,
-                 positions, positions_shape, key_blob, key_shape, int(pinned), size, vectors_blob, vectors_shape))
+                 positions, positions_shape, key_blob, key_shape, int(pinned), size, vectors_blob, vectors_shape,
+                 json.dumps(watch)))
         chunk_id = int(cursor.lastrowid)
-        self._held_bytes += size
+        self._held_bytes += size - freed
+        for part in replacing:
+            self.buffer.drop(part)
+            if self._index is not None:
+                self._index.drop(part)
         # the buffer holds what the disk holds (the store's dtype), so a recall is the same from either
         stored = dataclasses.replace(chunk, embeds=unpack_tensor(embeds, embeds_shape, self.dtype), frame_vectors=None)
         self.buffer.put(chunk_id, stored, size)
@@ -194,7 +217,9 @@ class ArchiveStore:
             row = self.db.execute("SELECT watch FROM chunks WHERE id = ?", (chunk_id,)).fetchone()
             if row is None:
                 return  # dropped by the bound meanwhile
-            merged = {**json.loads(row[0]), **{q: round(float(p), 4) for q, p in answers.items()}}
+            merged = json.loads(row[0])  # a chunk made of parts keeps each question's best answer
+            for q, p in answers.items():
+                merged[q] = max(merged.get(q, 0.0), round(float(p), 4))
             self.db.execute("UPDATE chunks SET watch = ? WHERE id = ?", (json.dumps(merged), chunk_id))
 
     def _keep_within_bound(self) -> None:
