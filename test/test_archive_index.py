@@ -186,6 +186,10 @@ def test_the_index_in_ram_keeps_in_step_with_appends_and_the_bound(tmp_path):
     store.append(chunk([6, 7], unit_rows(2, seed=4)))
     stamps, ids, _, _ = store.frame_index()
     assert stamps.tolist() == [0, 1, 4, 5, 6, 7] and 2 not in ids.tolist()  # the first chunk is pinned
+    store.max_bytes = 10**9
+    store.append(chunk([8, 9]))  # not indexed: still counted among the frames held
+    assert store.frames_between() == 8 and store.frames_between(1.0, 5.0) == 3 and store.frames_between(8.5, 20) == 1
+    assert store.frames_between(camera="other") == 0
     reopened = ArchiveStore.open(tmp_path / "again", IDENTITY, dtype="float32")
     reopened.close()
     store.clear()
@@ -203,4 +207,28 @@ def test_a_standing_question_covers_a_window_only_when_every_chunk_there_has_its
     assert store.watch_covers(question, 2.0, 5.0) and not store.watch_covers(question)
     assert not store.watch_covers("Did you see a red circle?", 2.0, 5.0)  # a prefix of another is not it
     assert not store.watch_covers(question, 100.0, 200.0)  # no chunk there
+    store.close()
+
+
+def test_a_plain_questions_plan_from_the_index_arrays_is_the_plan_over_every_row(tmp_path):
+    """A day's plan is made on arrays from the index's RAM copy; it must choose what the plan over
+    every row chooses (archive/plan.py), for two cameras and any scores."""
+    from streamcache_ros.engine.recall.archive import Archive, ArchiveSettings
+    from streamcache_ros.engine.recall.archive.plan import question_plan
+
+    store = ArchiveStore.open(tmp_path, IDENTITY, dtype="float32")
+    for k in range(30):
+        store.append(chunk([2.0 * k, 2.0 * k + 1], camera="front" if k % 3 else "rear"))
+    archive = Archive(ArchiveSettings(str(tmp_path), recall_chunks=3, recent_chunks=2), store)
+    rng = np.random.default_rng(0)
+    for trial in range(20):
+        scores = {c: float(p) for c, p in zip(range(1, 31), rng.random(30))}
+        before = float(rng.integers(10, 60))
+        camera = ["", "front", "rear"][trial % 3]
+        replayed, recalled = archive.for_question(None, camera, before, chunk_scores=scores)
+        rows = store.ranking_rows(camera, with_keys=False)
+        ranked = np.where([r.last_stamp < before for r in rows], [scores[r.chunk_id] for r in rows], -np.inf)
+        want_replayed, want_recalled = question_plan(rows, ranked, 3, 2)
+        assert [r.chunk_id for r in replayed] == [r.chunk_id for r in want_replayed]
+        assert [r.chunk_id for r in recalled] == [r.chunk_id for r in want_recalled]
     store.close()

@@ -31,7 +31,7 @@ from ..memory.ledger import UnitLedger, Window
 from ..errors import QuestionError
 from ..status import MemoryCounts, MemoryTimeline
 from .archive import Archive, ArchivedChunk, EncodedChunk, question_vector
-from .index import FrameScores, RetrievalEncoder, rank_frames
+from .index import FrameScores, RetrievalEncoder, best_by_chunk, rank_frames
 
 # standing answers are noted for the newest chunks only: older ones have left the ledger's window
 WATCHED_CHUNKS = 64
@@ -208,10 +208,7 @@ class MemoryTier:
             return {"question": None}
         scores = self.index_scores(question, camera, window) if question else None
         if scores is not None:
-            best: dict[int, float] = {}
-            for chunk, p in zip(scores.chunk_ids.tolist(), scores.probability.tolist()):
-                best[chunk] = max(best.get(chunk, 0.0), p)
-            return {"question": None, "chunk_scores": best}
+            return {"question": None, "chunk_scores": best_by_chunk(scores)}
         return {"question": self._question(ids, clock)}
 
     # -- the index ----------------------------------------------------------------------------------

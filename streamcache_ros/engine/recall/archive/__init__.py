@@ -80,12 +80,7 @@ class Archive:
     def oldest_stamp(self, since: float = -math.inf, until: float = math.inf, camera: str = "") -> float:
         """The oldest archived frame stamp inside since..until (of ``camera`` when given); +inf for
         none (an answer's reach, docs/interfaces.md "How far back an answer reaches")."""
-        oldest = math.inf
-        for row in self.store.iter_rows(since, until, camera):  # by first stamp: stop past the oldest
-            if row.first_stamp > oldest:
-                break
-            oldest = min([oldest, *(s for s in row.stamps if since <= s <= until)])
-        return oldest
+        return self.store.oldest_stamp(since, until, camera)
 
     def window(self, since: float = -math.inf, until: float = math.inf, camera: str = "",
                question: np.ndarray | None = None, chunk_scores: dict[int, float] | None = None) -> list[ArchivedChunk]:
@@ -100,13 +95,35 @@ class Archive:
         """(what a question with no window replays, the part recalled for relevance): the relevant
         ones drawn from chunks that end before ``before`` (what the working memory no longer holds
         whole), ranked as ``window`` ranks."""
-        rows = self.store.ranking_rows(camera, with_keys=question is not None and chunk_scores is None)
+        if chunk_scores is not None:
+            rows = self._plan_candidates(camera, before, chunk_scores)
+        else:
+            rows = self.store.ranking_rows(camera, with_keys=question is not None)
         scores = self._ranked(rows, question, chunk_scores)
         scores = np.zeros(len(rows)) if scores is None else scores
         scores = np.where([row.last_stamp < before for row in rows], scores, -np.inf)
         replayed, recalled = question_plan(rows, scores, self.settings.recall_chunks, self.settings.recent_chunks)
         whole = {row.chunk_id: row for row in self.store.complete(replayed)}
         return [whole[row.chunk_id] for row in replayed], [whole[row.chunk_id] for row in recalled]
+
+    def _plan_candidates(self, camera: str, before: float, chunk_scores: dict[int, float]) -> list[ArchivedChunk]:
+        """The few rows ``question_plan`` can choose from, a day's ranking done on arrays: each
+        camera's first and newest chunks, the pinned ones, and the best-ranked older ones (enough to
+        fill ``recall_chunks`` past the ones it skips)."""
+        ids, cameras, firsts, lasts, pinned = self.store.chunk_table(camera)
+        if not len(ids):
+            return []
+        recent, keep = self.settings.recent_chunks, set(np.flatnonzero(pinned).tolist())
+        names = sorted(set(cameras.tolist()))
+        for name in names:
+            own = np.flatnonzero(cameras == name)
+            keep |= {int(own[0])} | (set(own[-recent:].tolist()) if recent else set())
+        scores = np.array([chunk_scores.get(c, -np.inf) for c in ids.tolist()])
+        scores[lasts >= before] = -np.inf
+        wanted = self.settings.recall_chunks + (recent + 1) * len(names)
+        keep |= set(np.argsort(-scores, kind="stable")[:wanted].tolist())
+        return [ArchivedChunk(int(ids[i]), str(cameras[i]), float(firsts[i]), float(lasts[i]), [], [], 0,
+                              pinned=bool(pinned[i])) for i in sorted(keep)]
 
     def ranked(self, question: np.ndarray, rows: list[ArchivedChunk]) -> np.ndarray:
         return self._scores(rows, question)

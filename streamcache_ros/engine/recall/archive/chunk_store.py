@@ -55,6 +55,12 @@ class ChunkStore(Protocol):
                      camera: str = "") -> bool:
         """Whether every chunk inside since..until has a standing answer to ``question``."""
 
+    def chunk_table(self, camera: str = "") -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(ids, cameras, first stamps, last stamps, pinned) of every chunk (of ``camera``), oldest first."""
+
+    def oldest_stamp(self, since: float = -math.inf, until: float = math.inf, camera: str = "") -> float:
+        """The oldest archived frame stamp inside since..until (of ``camera``); +inf for none."""
+
     def frames_between(self, since: float = -math.inf, until: float = math.inf, camera: str = "") -> int:
         """How many archived frames are stamped inside since..until (of ``camera``)."""
 

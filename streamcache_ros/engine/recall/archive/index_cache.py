@@ -12,21 +12,28 @@ class IndexCache:
     def __init__(self):
         # chunk id -> (camera, first stamp, stamps [frames] float64, vectors [frames, dim] float16 or None)
         self.entries: dict[int, tuple[str, float, np.ndarray, np.ndarray | None]] = {}
+        self.pinned: set[int] = set()
+        self.last: dict[int, float] = {}  # chunk id -> its newest stamp
         self._joined: tuple | None = None
         self._lock = threading.Lock()  # ingest adds while a question, off the turn lock, reads
 
-    def add(self, chunk_id: int, camera: str, stamps, vectors: np.ndarray | None) -> None:
+    def add(self, chunk_id: int, camera: str, stamps, vectors: np.ndarray | None, pinned: bool = False) -> None:
         stamps = np.asarray(stamps, dtype=np.float64)
         if vectors is not None and len(vectors) != len(stamps):
             vectors = None  # a row that does not fit its stamps is searched as an unindexed one
         with self._lock:
             self.entries[int(chunk_id)] = (camera, float(stamps.min()), stamps, vectors)
+            self.last[int(chunk_id)] = float(stamps.max())
+            if pinned:
+                self.pinned.add(int(chunk_id))
             self._joined = None
 
     def drop(self, chunk_id: int) -> None:
         with self._lock:
             if self.entries.pop(int(chunk_id), None) is not None:
                 self._joined = None
+            self.pinned.discard(int(chunk_id))
+            self.last.pop(int(chunk_id), None)
 
     def window(self, since: float, until: float, camera: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[int]]:
         """As ``ArchiveStore.frame_index``: (stamps, chunk ids, vectors, unindexed chunk ids)."""
@@ -42,6 +49,46 @@ class IndexCache:
                                                                  np.float16), missing
         return stamps[keep], ids[keep], vectors[keep], missing
 
+    def count(self, since: float, until: float, camera: str) -> int:
+        """How many frames, indexed or not, are stamped inside since..until (of ``camera``)."""
+        with self._lock:
+            stamps, _, cameras, _, unindexed = self._join()
+            keep = (stamps >= since) & (stamps <= until)
+            if camera:
+                keep &= cameras == camera
+            return int(keep.sum()) + sum(int(((s >= since) & (s <= until)).sum()) for _, (cam, _, s, _) in unindexed
+                                         if not camera or cam == camera)
+
+    def oldest(self, since: float, until: float, camera: str) -> float:
+        """The oldest frame stamp inside since..until (of ``camera``), indexed or not; +inf for none."""
+        with self._lock:
+            stamps, _, cameras, _, unindexed = self._join()
+            keep = (stamps >= since) & (stamps <= until)
+            if camera:
+                keep &= cameras == camera
+            oldest = float(stamps[keep].min()) if keep.any() else np.inf
+            for _, (cam, _, s, _) in unindexed:
+                inside = s[(s >= since) & (s <= until)]
+                if (not camera or cam == camera) and len(inside):
+                    oldest = min(oldest, float(inside.min()))
+            return oldest
+
+    def table(self, camera: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(ids, cameras, first stamps, last stamps, pinned) of every chunk (of ``camera``), oldest
+        first, as arrays: what planning a question reads, without a row object per chunk."""
+        with self._lock:
+            self._join()
+            ids, cameras, firsts, lasts, pinned = self._table
+        keep = cameras == camera if camera else np.ones(len(ids), bool)
+        return ids[keep], cameras[keep], firsts[keep], lasts[keep], pinned[keep]
+
+    def light_rows(self, camera: str) -> list[tuple[int, str, float, float, bool]]:
+        """(id, camera, first stamp, last stamp, pinned) of every chunk (of ``camera``), oldest first."""
+        with self._lock:
+            items = sorted(self.entries.items(), key=lambda item: (item[1][1], item[0]))
+            pinned, last = set(self.pinned), dict(self.last)
+        return [(c, cam, first, last[c], c in pinned) for c, (cam, first, _, _) in items if not camera or cam == camera]
+
     def _join(self):
         if self._joined is None:
             order = sorted(self.entries.items(), key=lambda item: (item[1][1], item[0]))
@@ -51,8 +98,13 @@ class IndexCache:
                 stamps = np.concatenate([e[2] for _, e in indexed])
                 ids = np.concatenate([np.full(len(e[2]), c, dtype=np.int64) for c, e in indexed])
                 cameras = np.concatenate([np.full(len(e[2]), e[0], dtype=object) for _, e in indexed])
-                vectors = np.concatenate([e[3] for _, e in indexed])
+                vectors = np.concatenate([e[3] for _, e in indexed]).astype(np.float32)  # ranked as float32
             else:
-                stamps, ids, cameras, vectors = np.zeros(0), np.zeros(0, np.int64), np.zeros(0, object), np.zeros((0, 0), np.float16)
+                stamps, ids, cameras, vectors = np.zeros(0), np.zeros(0, np.int64), np.zeros(0, object), np.zeros((0, 0), np.float32)
             self._joined = (stamps, ids, cameras, vectors, unindexed)
+            self._table = (np.array([c for c, _ in order], dtype=np.int64),
+                           np.array([e[0] for _, e in order], dtype=object),
+                           np.array([e[1] for _, e in order], dtype=np.float64),
+                           np.array([self.last[c] for c, _ in order], dtype=np.float64),
+                           np.array([c in self.pinned for c, _ in order], dtype=bool))
         return self._joined

@@ -111,6 +111,7 @@ class ArchiveStore:
         self.warnings = warnings  # what opening found and mended: the node logs each as a WARN
         self._held_bytes = int(db.execute("SELECT COALESCE(SUM(bytes), 0) FROM chunks").fetchone()[0])
         self._index: IndexCache | None = None  # read from disk at the first ranking, then kept in step
+        self._watched: set[str] | None = None  # the standing questions noted on any chunk
 
     # -- opening ----------------------------------------------------------------------------------
     @classmethod
@@ -207,7 +208,7 @@ class ArchiveStore:
         if self._index is not None:
             self._index.add(chunk_id, chunk.camera, chunk.stamps,
                             None if vectors_blob is None else np.frombuffer(vectors_blob, np.float16).reshape(
-                                np.asarray(chunk.frame_vectors).shape))
+                                np.asarray(chunk.frame_vectors).shape), pinned)
         self._keep_within_bound()
         return chunk_id
 
@@ -217,6 +218,8 @@ class ArchiveStore:
             row = self.db.execute("SELECT watch FROM chunks WHERE id = ?", (chunk_id,)).fetchone()
             if row is None:
                 return  # dropped by the bound meanwhile
+            if self._watched is not None:
+                self._watched |= set(answers)
             merged = json.loads(row[0])  # a chunk made of parts keeps each question's best answer
             for q, p in answers.items():
                 merged[q] = max(merged.get(q, 0.0), round(float(p), 4))
@@ -294,17 +297,28 @@ class ArchiveStore:
         """(stamps [N], chunk ids [N], vectors [N, dim] float16, unindexed chunk ids) of every archived
         frame stamped inside since..until (of ``camera``), oldest first; the chunks there without
         vectors are listed apart."""
+        return self._cached_index().window(since, until, camera)
+
+    def chunk_table(self, camera: str = "") -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(ids, cameras, first stamps, last stamps, pinned) of every chunk (of ``camera``), oldest first."""
+        return self._cached_index().table(camera)
+
+    def oldest_stamp(self, since: float = -math.inf, until: float = math.inf, camera: str = "") -> float:
+        """The oldest archived frame stamp inside since..until (of ``camera``); +inf for none."""
+        return self._cached_index().oldest(since, until, camera)
+
+    def _cached_index(self) -> IndexCache:
         if self._index is None:
             self._index = self._read_index()
-        return self._index.window(since, until, camera)
+        return self._index
 
     def _read_index(self) -> IndexCache:
         """Every chunk's frame vectors from disk, once (a day: 0.3 s), into RAM."""
         cache = IndexCache()
-        for chunk_id, camera, stamp_text, blob, shape in self.reader.execute(
-                "SELECT id, camera, stamps, frame_vectors, vectors_shape FROM chunks"):
+        for chunk_id, camera, stamp_text, blob, shape, pinned in self.reader.execute(
+                "SELECT id, camera, stamps, frame_vectors, vectors_shape, pinned FROM chunks"):
             vectors = None if blob is None else np.frombuffer(blob, dtype=np.float16).reshape(tuple(json.loads(shape)))
-            cache.add(chunk_id, camera, json.loads(stamp_text), vectors)
+            cache.add(chunk_id, camera, json.loads(stamp_text), vectors, bool(pinned))
         return cache
 
     def watch_covers(self, question: str, since: float = -math.inf, until: float = math.inf,
@@ -312,30 +326,33 @@ class ArchiveStore:
         """Whether every chunk with a frame inside since..until (of ``camera``) has a standing answer
         to ``question`` (and there is one): asked in SQL, so a question that never stood costs no
         row's parsing. ``note_watch`` writes each answer as ``"question": p``."""
+        if self._watched is None:  # every question that ever stood, read once
+            self._watched = {q for (text,) in self.reader.execute("SELECT watch FROM chunks WHERE watch != '{}'")
+                             for q in json.loads(text)}
+        if question not in self._watched:
+            return False
         query, args = self._span_query("COUNT(*), SUM(instr(watch, ?) = 0)", since, until, camera)
         count, missing = self.reader.execute(query, [json.dumps(question) + ":"] + args).fetchone()
         return bool(count) and not missing
 
     def frames_between(self, since: float = -math.inf, until: float = math.inf, camera: str = "") -> int:
-        """How many archived frames are stamped inside since..until (of ``camera``): the chunks wholly
-        inside counted in SQL, the two or so across an edge by their stamps."""
-        query, args = self._span_query("SUM(json_array_length(stamps))", since, until, camera)
-        whole = self.reader.execute(query + " AND first_stamp >= ? AND last_stamp <= ?",
-                                args + [_sql_stamp(since), _sql_stamp(until)]).fetchone()[0] or 0
-        query, args = self._span_query("stamps", since, until, camera)
-        edges = self.reader.execute(query + " AND (first_stamp < ? OR last_stamp > ?)", args + [_sql_stamp(since),
-                                                                                          _sql_stamp(until)])
-        return int(whole) + sum(1 for (text,) in edges for s in json.loads(text) if since <= s <= until)
+        """How many archived frames are stamped inside since..until (of ``camera``): counted in the
+        index's RAM copy, which holds every chunk's stamps (read once, like the vectors)."""
+        return self._cached_index().count(since, until, camera)
 
     def holds(self, since: float = -math.inf, until: float = math.inf, camera: str = "") -> bool:
         """Whether a chunk with a frame stamped inside since..until (of ``camera``) is archived."""
-        return next(self.iter_rows(since, until, camera), None) is not None
+        return self._cached_index().count(since, until, camera) > 0
 
     def ranking_rows(self, camera: str = "", with_keys: bool = True) -> list[ArchivedChunk]:
         """Every chunk (of ``camera``), oldest first, with only what ranking and planning read (id,
         camera, first and last stamp, pinned, key): a question with no window ranks a whole day,
         and parsing every row's stamps for that cost more than the question (docs/archive.md
         "Measured"). ``complete`` fills in the few chosen."""
+        if not with_keys:  # the index ranks: the chunks' places come from its RAM copy, no day's read
+            return [ArchivedChunk(chunk_id=c, camera=cam, first_stamp=first, last_stamp=last, stamps=[], unit_frames=[],
+                                  tokens_per_unit=0, pinned=pinned) for c, cam, first, last, pinned in
+                    self._cached_index().light_rows(camera)]
         columns = "id, camera, first_stamp, last_stamp, pinned" + (", retrieval_key, key_shape" if with_keys else "")
         query, args = self._span_query(columns, -math.inf, math.inf, camera)
         out, shapes = [], {}

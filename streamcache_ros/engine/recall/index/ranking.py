@@ -66,16 +66,23 @@ def candidate_chunks(scores: FrameScores, threshold: float, newest_first: bool, 
     """The chunks holding a sighting (``sightings``), newest first (``last``) or oldest first
     (``first``), each with the edge frame a ``when`` would answer with."""
     above = sightings(scores.probability, threshold, min_run)
-    found: dict[int, Candidate] = {}
-    for stamp, chunk, p in zip(scores.stamps[above].tolist(), scores.chunk_ids[above].tolist(),
-                               scores.probability[above].tolist()):
-        old = found.get(chunk)
-        if old is None:
-            found[chunk] = Candidate(chunk, stamp, p)
-            continue
-        edge = max(old.stamp, stamp) if newest_first else min(old.stamp, stamp)
-        found[chunk] = Candidate(chunk, edge, max(old.probability, p))
-    return sorted(found.values(), key=lambda c: c.stamp, reverse=newest_first)
+    chunks, stamps, p = scores.chunk_ids[above], scores.stamps[above], scores.probability[above]
+    if not len(chunks):
+        return []
+    starts = np.flatnonzero(np.concatenate([[True], chunks[1:] != chunks[:-1]]))
+    edges = (np.maximum if newest_first else np.minimum).reduceat(stamps, starts)
+    best = np.maximum.reduceat(p, starts)
+    found = [Candidate(int(c), float(e), float(b)) for c, e, b in zip(chunks[starts], edges, best)]
+    return sorted(found, key=lambda c: c.stamp, reverse=newest_first)
+
+
+def best_by_chunk(scores: FrameScores) -> dict[int, float]:
+    """Each chunk's most likely frame's P(yes); a chunk's frames lie together, oldest first."""
+    if not len(scores):
+        return {}
+    starts = np.flatnonzero(np.concatenate([[True], scores.chunk_ids[1:] != scores.chunk_ids[:-1]]))
+    best = np.maximum.reduceat(scores.probability, starts)
+    return dict(zip(scores.chunk_ids[starts].tolist(), best.tolist()))
 
 
 def best_chunks(scores: FrameScores, count: int) -> list[int]:

@@ -1,0 +1,124 @@
+"""What a question costs over a day's archive, with the code as it is (docs/archive.md "Measured").
+
+    python bench/day_cost.py            # an hour archived by the engine, copied to a day
+
+The accuracy over a day comes from bench/archive_recall.py (three held-out day streams, 50 minutes of
+CPU); this measures the cost alone, in minutes: an hour of a held-out stream is archived by the
+engine (the bundled Qwen world model, HERMES at the node's budget, the index), then its chunks are
+written 24 times into a second archive, each copy 3 600 s later (payloads, keys and frame vectors as
+they were), which is what a day's archive holds for a question's cost: 10 800 chunks, 86 400
+indexed frames. A session restarted on it takes 64 more frames, then each question is timed 5
+times: one ask on the working memory (the archive set aside: the unit), a plain ask (a replay of the
+first, newest and best-ranked chunks), `when` last and first (the index, then one-chunk replays), a
+`timeline` over an hour. The answers are not scored (the copies repeat one hour's truth).
+"""
+from __future__ import annotations
+
+import contextlib
+import pathlib
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from common import ROOT, write_json  # noqa: E402
+
+from streamcache_ros import world  # noqa: E402
+from streamcache_ros.engine import build_session  # noqa: E402
+from streamcache_ros.engine.recall.archive import ArchiveStore  # noqa: E402
+
+SEED = 510_000_000
+HOUR = 3600
+PARAMS = {"model_path": "world-qwen2_5_vl", "policy": "hermes"}
+
+
+@contextlib.contextmanager
+def working_memory_only(session):
+    archive, session.memory.archive = session.memory.archive, None
+    try:
+        yield
+    finally:
+        session.memory.archive = archive
+
+
+def timed(call, times: int = 5) -> float:
+    spent = []
+    for _ in range(times):
+        started = time.perf_counter()
+        call()
+        spent.append((time.perf_counter() - started) * 1e3)
+    return statistics.median(spent)
+
+
+def main() -> int:
+    work = pathlib.Path(tempfile.mkdtemp(prefix="day-cost-"))
+    try:
+        stream = world.make_long_stream(SEED, HOUR + 64)
+        hour = build_session({**PARAMS, "archive_path": str(work / "hour")})
+        for i in range(HOUR):
+            hour.add_frame(stream.frame(i), stream.stamp(i))
+        hour.flush()
+        identity = {"model_id": hour.adapter.model_id, "config_hash": hour.adapter.config_hash}
+        source = hour.memory.archive.store
+        rows = source.rows(with_keys=True)
+        _, chunk_ids, vectors, _ = source.frame_index()
+        by_chunk = {c: vectors[chunk_ids == c] for c in set(chunk_ids.tolist())}
+        loaded = source.load(rows)
+        hour.close_archive()
+        day = ArchiveStore.open(work / "day", identity, dtype="float16", max_bytes=1 << 40)
+        day.use_index(hour.memory.encoder.model_id if hour.memory.encoder else "")
+        started = time.perf_counter()
+        for copy in range(24):
+            shift = copy * HOUR
+            for row in loaded:
+                chunk = row.chunk
+                chunk.stamps = [s + shift for s in row.stamps]
+                chunk.frame_vectors = by_chunk.get(row.chunk_id)
+                day.append(chunk, row.key)
+        copy_s = time.perf_counter() - started
+        day.close()
+        session = build_session({**PARAMS, "archive_path": str(work / "day")})
+        for i in range(HOUR, HOUR + 64):
+            session.add_frame(stream.frame(i), stream.stamp(i) + 23 * HOUR)
+        session.flush()
+        chunks = session.status().archive.chunks
+        seen = next(v.identity for views in stream.truth[HOUR - 200:HOUR] for v in views)
+        probe = world.SEEN_PROBE.format(shape=seen[0], colour=seen[1])
+        with working_memory_only(session):
+            one_ask = timed(lambda: session.ask("How many objects are in view now?", ["0", "1", "2"]))
+        costs = {
+            "plain ask (replay)": timed(lambda: session.ask(probe, ["yes", "no"])),
+            "when last": timed(lambda: session.when(probe, "last")),
+            "when first": timed(lambda: session.when(probe, "first")),
+            "timeline over an hour": timed(lambda: session.when(probe, "timeline", since=20 * HOUR, until=21 * HOUR)),
+        }
+        found = session.when(probe, "last")
+        if "--profile" in sys.argv:  # where a day's question spends its time
+            import cProfile  # noqa: PLC0415
+            import pstats  # noqa: PLC0415
+
+            for name, call in (("ask", lambda: session.ask(probe, ["yes", "no"])), ("when", lambda: session.when(probe, "last"))):
+                profile = cProfile.Profile()
+                profile.runcall(lambda: [call() for _ in range(5)])
+                print(f"-- {name}, 5 times")
+                pstats.Stats(profile).sort_stats("tottime").print_stats(14)
+        session.close_archive()
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    result = {"archived_chunks": chunks, "copy_s": round(copy_s, 1), "one_ask_ms": round(one_ask, 1),
+              "ms": {k: round(v, 1) for k, v in costs.items()},
+              "multiple_of_one_ask": {k: round(v / one_ask, 2) for k, v in costs.items()},
+              "when_last": {"found_by": found.found_by, "recalled_chunks": found.recalled_chunks,
+                            "frames_in_window": found.frames_in_window}}
+    for k, v in costs.items():
+        print(f"{k:24s} {v:8.1f} ms  {v / one_ask:6.2f} x one ask ({one_ask:.1f} ms)")
+    path = write_json("day_cost", {"model": PARAMS["model_path"], "policy": "hermes", **result}, ROOT / "bench" / "reported")
+    print(f"wrote {path.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
