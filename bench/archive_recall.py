@@ -46,23 +46,24 @@ EQUAL_BYTES_AT = 512
 
 
 @contextlib.contextmanager
-def without_index(session):
-    """The index set aside for one question: the archive ranked by the keys, a ``when`` walked."""
-    encoder, session.memory.encoder = session.memory.encoder, None
+def set_aside(owner, name: str):
+    """``owner.<name>`` set to None for one question, then put back."""
+    kept = getattr(owner, name)
+    setattr(owner, name, None)
     try:
         yield
     finally:
-        session.memory.encoder = encoder
+        setattr(owner, name, kept)
 
 
-@contextlib.contextmanager
 def working_memory_only(session):
     """The archive detached for one question: what the bounded working memory alone answers."""
-    archive, session.memory.archive = session.memory.archive, None
-    try:
-        yield
-    finally:
-        session.memory.archive = archive
+    return set_aside(session.memory, "archive")
+
+
+def without_index(session):
+    """The index set aside for one question: the archive ranked by the keys, a ``when`` walked."""
+    return set_aside(session.memory, "encoder")
 
 
 def ask(session, q, stream, window: tuple[float, float] | None = None) -> tuple[bool, float, int]:

@@ -14,7 +14,6 @@ first, newest and best-ranked chunks), `when` last and first (the index, then on
 """
 from __future__ import annotations
 
-import contextlib
 import pathlib
 import shutil
 import statistics
@@ -24,6 +23,7 @@ import time
 
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from archive_recall import working_memory_only  # noqa: E402
 from common import ROOT, write_json  # noqa: E402
 
 from streamcache_ros import world  # noqa: E402
@@ -33,15 +33,6 @@ from streamcache_ros.engine.recall.archive import ArchiveStore  # noqa: E402
 SEED = 510_000_000
 HOUR = 3600
 PARAMS = {"model_path": "world-qwen2_5_vl", "policy": "hermes"}
-
-
-@contextlib.contextmanager
-def working_memory_only(session):
-    archive, session.memory.archive = session.memory.archive, None
-    try:
-        yield
-    finally:
-        session.memory.archive = archive
 
 
 def timed(call, times: int = 5) -> float:

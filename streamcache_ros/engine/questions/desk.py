@@ -147,6 +147,9 @@ class QuestionDesk:
         # the index, and the replays that verify or walk, run off the turn lock: the cameras go on
         if indexed:  # from the standing answers, or retrieved then verified
             found = find_moment(self.tier, question, mode, camera, window or Window(), self.moment, started)
+            if found is None:  # the window's frames left the archive (its bound) since it was planned
+                found = WhenAnswer(False, 0.0, "", 0.0, [], [], 0, (time.perf_counter() - started) * 1e3, 0,
+                                   found_by="index")
             with self.lock.question():
                 self.questions_answered += 1
                 return self._with_reach(found, camera, window, self.tier.seen_counts(camera, window), True)

@@ -51,27 +51,22 @@ class IndexCache:
 
     def count(self, since: float, until: float, camera: str) -> int:
         """How many frames, indexed or not, are stamped inside since..until (of ``camera``)."""
-        with self._lock:
-            stamps, _, cameras, _, unindexed = self._join()
-            keep = (stamps >= since) & (stamps <= until)
-            if camera:
-                keep &= cameras == camera
-            return int(keep.sum()) + sum(int(((s >= since) & (s <= until)).sum()) for _, (cam, _, s, _) in unindexed
-                                         if not camera or cam == camera)
+        return sum(len(stamps) for stamps in self._stamps_inside(since, until, camera))
 
     def oldest(self, since: float, until: float, camera: str) -> float:
         """The oldest frame stamp inside since..until (of ``camera``), indexed or not; +inf for none."""
+        return min((float(stamps.min()) for stamps in self._stamps_inside(since, until, camera) if len(stamps)),
+                   default=np.inf)
+
+    def _stamps_inside(self, since: float, until: float, camera: str) -> list[np.ndarray]:
+        """The stamps inside since..until (of ``camera``): the indexed frames', then each unindexed chunk's."""
         with self._lock:
             stamps, _, cameras, _, unindexed = self._join()
-            keep = (stamps >= since) & (stamps <= until)
-            if camera:
-                keep &= cameras == camera
-            oldest = float(stamps[keep].min()) if keep.any() else np.inf
-            for _, (cam, _, s, _) in unindexed:
-                inside = s[(s >= since) & (s <= until)]
-                if (not camera or cam == camera) and len(inside):
-                    oldest = min(oldest, float(inside.min()))
-            return oldest
+        keep = (stamps >= since) & (stamps <= until)
+        if camera:
+            keep &= cameras == camera
+        return [stamps[keep]] + [s[(s >= since) & (s <= until)] for _, (cam, _, s, _) in unindexed
+                                 if not camera or cam == camera]
 
     def table(self, camera: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """(ids, cameras, first stamps, last stamps, pinned) of every chunk (of ``camera``), oldest
