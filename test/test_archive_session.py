@@ -199,3 +199,19 @@ def test_questions_between_frames_do_not_split_the_archives_chunks(stream, tmp_p
     b = quiet.ask(q.text, q.options, since=stream.stamp(0), until=stream.stamp(7))
     assert a.recalled_chunks >= 1 and a.option_index == b.option_index
     quiet.close_archive(), asked.close_archive()
+
+
+def test_parts_that_cannot_be_made_whole_stay_as_they_are(stream, tmp_path):
+    session = archived_session("qwen2_5_vl", tmp_path)
+
+    def out_of_memory(camera, frames):
+        raise RuntimeError("CUDA out of memory (a stand-in for the vision encoder failing)")
+    session.memory.encode_whole = out_of_memory
+    for i in range(8):
+        session.add_frame(stream.frame(i), stream.stamp(i))
+        if i % 4 == 3:
+            session.ask("How many objects are in view now?", ["0", "1", "2"])
+    rows = session.memory.archive.rows()
+    assert [len(r.stamps) for r in rows] == [4, 4]  # both parts kept, every frame archived once
+    assert session.status().chunks_encoded == 2
+    session.close_archive()

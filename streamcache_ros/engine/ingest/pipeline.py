@@ -120,9 +120,9 @@ class ChunkPipeline:
         stamps = [float(stamp) for _, stamp in batch] if stamps is None else stamps
         inputs = self.adapter.preprocess([frame for frame, _ in batch])
         rel = self.adapter.chunk_rel_positions(inputs)
-        if before_encoding is not None:
+        if before_encoding is not None:  # a chunk for the working memory (not the archive's remake)
             before_encoding(rel)
-        failpoints.hit("encode", chunk=self.attempts)
+            failpoints.hit("encode", chunk=self.attempts)
         embeds = self.adapter.encode(inputs)
         frames = [frame for frame, _ in batch]
         return EncodedChunk(camera, stamps, [tuple(f) for f in inputs.unit_frames], inputs.tokens_per_unit,

@@ -136,9 +136,9 @@ class QuestionDesk:
         window = checks.checked_window(since, until)
         with self.lock.question():
             seen = self._select(camera, window or Window(), len(ids), 1)
-            # the index covers the window, or a standing question noted its answers over all of it
-            indexed = self.tier.index_covers(camera, window or Window()) or (
-                mode != "timeline" and self.tier.standing_answers(question, camera, window or Window()) is not None)
+            # a standing question noted its answers over all of the window, or the index covers it
+            standing = self.tier.standing_answers(question, camera, window or Window()) if mode != "timeline" else None
+            indexed = standing is not None or self.tier.index_covers(camera, window or Window())
             replays = None if indexed else self.tier.plan_when(ids, camera, window or Window(), seen.clock, mode)
             if not indexed and replays is None:
                 if not seen.units:
@@ -146,7 +146,7 @@ class QuestionDesk:
                 return self._when_memory(ids, seen, mode, camera, window, started)
         # the index, and the replays that verify or walk, run off the turn lock: the cameras go on
         if indexed:  # from the standing answers, or retrieved then verified
-            found = find_moment(self.tier, question, mode, camera, window or Window(), self.moment, started)
+            found = find_moment(self.tier, question, mode, camera, window or Window(), self.moment, started, standing)
             if found is None:  # the window's frames left the archive (its bound) since it was planned
                 found = WhenAnswer(False, 0.0, "", 0.0, [], [], 0, (time.perf_counter() - started) * 1e3, 0,
                                    found_by="index")

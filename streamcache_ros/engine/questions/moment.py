@@ -35,10 +35,9 @@ class MomentSettings:
 
 
 def find_moment(tier: MemoryTier, question: str, mode: str, camera: str, window: Window,
-                settings: MomentSettings, started: float) -> WhenAnswer | None:
-    """The ``when`` answer from the index (and the standing answers), or None when the window has
-    chunks the index does not cover."""
-    standing = tier.standing_answers(question, camera, window) if mode != "timeline" else None
+                settings: MomentSettings, started: float, standing=None) -> WhenAnswer | None:
+    """The ``when`` answer from the index, or from ``standing`` (``MemoryTier.standing_answers``,
+    read by the caller); None when the window has chunks the index does not cover."""
     scores = tier.index_scores(question, camera, window)
     if standing is not None:
         return _from_standing(standing, scores, mode, window, started)

@@ -19,6 +19,7 @@ methods only, and to the working memory through the ledger and the policy's acco
 """
 from __future__ import annotations
 
+import logging
 import math
 from typing import Any, Callable, Protocol
 
@@ -33,6 +34,7 @@ from ..status import MemoryCounts, MemoryTimeline
 from .archive import Archive, ArchivedChunk, EncodedChunk, question_vector
 from .index import FrameScores, RetrievalEncoder, best_by_chunk, rank_frames
 
+log = logging.getLogger("streamcache_ros.archive")
 # standing answers are noted for the newest chunks only: older ones have left the ledger's window
 WATCHED_CHUNKS = 64
 
@@ -119,7 +121,11 @@ class MemoryTier:
             parts[2].append(chunk_id)
             if len(parts[0]) >= self.chunk_frames:
                 del self.parts[chunk.camera]
-                merged = self.archive.replace(parts[1], self.encode_whole(chunk.camera, parts[0]), key)
+                try:
+                    merged = self.archive.replace(parts[1], self.encode_whole(chunk.camera, parts[0]), key)
+                except Exception as err:  # noqa: BLE001 - the parts are on disk already: they stay as they are
+                    log.warning("archive: the parts of a chunk (%d frames) stay apart: %s", len(parts[0]), err)
+                    return
                 for part in parts[2]:
                     self.archive_ids[part] = merged
         for old in [c for c in self.archive_ids if c < chunk_id - WATCHED_CHUNKS]:
