@@ -37,36 +37,31 @@ class IndexCache:
 
     def window(self, since: float, until: float, camera: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[int]]:
         """As ``ArchiveStore.frame_index``: (stamps, chunk ids, vectors, unindexed chunk ids)."""
-        with self._lock:
-            stamps, ids, cameras, vectors, unindexed = self._join()
-        keep = (stamps >= since) & (stamps <= until)
-        if camera:
-            keep &= cameras == camera
-        missing = [c for c, (cam, _, s, _) in unindexed
-                   if (not camera or cam == camera) and bool(((s >= since) & (s <= until)).any())]
-        if not keep.any():
-            return np.zeros(0), np.zeros(0, np.int64), np.zeros((0, vectors.shape[1] if vectors.ndim == 2 else 0),
-                                                                 np.float16), missing
-        return stamps[keep], ids[keep], vectors[keep], missing
+        (stamps, ids, _, vectors, _), keep, unindexed = self._inside(since, until, camera)
+        return stamps[keep], ids[keep], vectors[keep], [c for c, inside in unindexed if len(inside)]
 
     def count(self, since: float, until: float, camera: str) -> int:
         """How many frames, indexed or not, are stamped inside since..until (of ``camera``)."""
-        return sum(len(stamps) for stamps in self._stamps_inside(since, until, camera))
+        _, keep, unindexed = self._inside(since, until, camera)
+        return int(keep.sum()) + sum(len(inside) for _, inside in unindexed)
 
     def oldest(self, since: float, until: float, camera: str) -> float:
         """The oldest frame stamp inside since..until (of ``camera``), indexed or not; +inf for none."""
-        return min((float(stamps.min()) for stamps in self._stamps_inside(since, until, camera) if len(stamps)),
-                   default=np.inf)
+        (stamps, *_), keep, unindexed = self._inside(since, until, camera)
+        firsts = [float(inside.min()) for inside in [stamps[keep]] + [i for _, i in unindexed] if len(inside)]
+        return min(firsts, default=np.inf)
 
-    def _stamps_inside(self, since: float, until: float, camera: str) -> list[np.ndarray]:
-        """The stamps inside since..until (of ``camera``): the indexed frames', then each unindexed chunk's."""
+    def _inside(self, since: float, until: float, camera: str):
+        """(the joined arrays, which indexed frames lie inside since..until (of ``camera``), each
+        unindexed chunk of ``camera`` with its stamps inside)."""
         with self._lock:
-            stamps, _, cameras, _, unindexed = self._join()
+            joined = self._join()
+        stamps, _, cameras, _, unindexed = joined
         keep = (stamps >= since) & (stamps <= until)
         if camera:
             keep &= cameras == camera
-        return [stamps[keep]] + [s[(s >= since) & (s <= until)] for _, (cam, _, s, _) in unindexed
-                                 if not camera or cam == camera]
+        return joined, keep, [(c, s[(s >= since) & (s <= until)]) for c, (cam, _, s, _) in unindexed
+                              if not camera or cam == camera]
 
     def table(self, camera: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """(ids, cameras, first stamps, last stamps, pinned) of every chunk (of ``camera``), oldest
@@ -76,13 +71,6 @@ class IndexCache:
             ids, cameras, firsts, lasts, pinned = self._table
         keep = cameras == camera if camera else np.ones(len(ids), bool)
         return ids[keep], cameras[keep], firsts[keep], lasts[keep], pinned[keep]
-
-    def light_rows(self, camera: str) -> list[tuple[int, str, float, float, bool]]:
-        """(id, camera, first stamp, last stamp, pinned) of every chunk (of ``camera``), oldest first."""
-        with self._lock:
-            items = sorted(self.entries.items(), key=lambda item: (item[1][1], item[0]))
-            pinned, last = set(self.pinned), dict(self.last)
-        return [(c, cam, first, last[c], c in pinned) for c, (cam, first, _, _) in items if not camera or cam == camera]
 
     def _join(self):
         if self._joined is None:

@@ -350,9 +350,9 @@ class ArchiveStore:
         and parsing every row's stamps for that cost more than the question (docs/archive.md
         "Measured"). ``complete`` fills in the few chosen."""
         if not with_keys:  # the index ranks: the chunks' places come from its RAM copy, no day's read
-            return [ArchivedChunk(chunk_id=c, camera=cam, first_stamp=first, last_stamp=last, stamps=[], unit_frames=[],
-                                  tokens_per_unit=0, pinned=pinned) for c, cam, first, last, pinned in
-                    self._cached_index().light_rows(camera)]
+            return [ArchivedChunk(chunk_id=int(c), camera=str(cam), first_stamp=float(first), last_stamp=float(last),
+                                  stamps=[], unit_frames=[], tokens_per_unit=0, pinned=bool(pinned))
+                    for c, cam, first, last, pinned in zip(*self._cached_index().table(camera))]
         columns = "id, camera, first_stamp, last_stamp, pinned" + (", retrieval_key, key_shape" if with_keys else "")
         query, args = self._span_query(columns, -math.inf, math.inf, camera)
         out, shapes = [], {}

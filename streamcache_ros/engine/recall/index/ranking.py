@@ -69,7 +69,7 @@ def candidate_chunks(scores: FrameScores, threshold: float, newest_first: bool, 
     chunks, stamps, p = scores.chunk_ids[above], scores.stamps[above], scores.probability[above]
     if not len(chunks):
         return []
-    starts = np.flatnonzero(np.concatenate([[True], chunks[1:] != chunks[:-1]]))
+    starts = _chunk_starts(chunks)
     edges = (np.maximum if newest_first else np.minimum).reduceat(stamps, starts)
     best = np.maximum.reduceat(p, starts)
     found = [Candidate(int(c), float(e), float(b)) for c, e, b in zip(chunks[starts], edges, best)]
@@ -80,17 +80,14 @@ def best_by_chunk(scores: FrameScores) -> dict[int, float]:
     """Each chunk's most likely frame's P(yes); a chunk's frames lie together, oldest first."""
     if not len(scores):
         return {}
-    starts = np.flatnonzero(np.concatenate([[True], scores.chunk_ids[1:] != scores.chunk_ids[:-1]]))
+    starts = _chunk_starts(scores.chunk_ids)
     best = np.maximum.reduceat(scores.probability, starts)
     return dict(zip(scores.chunk_ids[starts].tolist(), best.tolist()))
 
 
-def best_chunks(scores: FrameScores, count: int) -> list[int]:
-    """The ``count`` chunks with the most likely frame, best first."""
-    best: dict[int, float] = {}
-    for chunk, p in zip(scores.chunk_ids.tolist(), scores.probability.tolist()):
-        best[chunk] = max(best.get(chunk, -1.0), p)
-    return [c for c, _ in sorted(best.items(), key=lambda item: -item[1])[:max(count, 0)]]
+def _chunk_starts(chunk_ids: np.ndarray) -> np.ndarray:
+    """Where each chunk's run of frames begins (a chunk's frames lie together)."""
+    return np.flatnonzero(np.concatenate([[True], chunk_ids[1:] != chunk_ids[:-1]]))
 
 
 def precision_at(scores: np.ndarray, relevant: np.ndarray, k: int) -> float:
