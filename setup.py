@@ -27,6 +27,7 @@ setup(
             "streamcache-demo = streamcache_ros.tools.engine_demo:main",
             "streamcache_node = streamcache_ros.node.main:main",
             "streamcache-ask = streamcache_ros.client.ask_cli:main",
+            "streamcache-archive = streamcache_ros.tools.archive_cli:main",
             "streamcache-replay = streamcache_ros.tools.replay:main",
             "streamcache-make-bag = streamcache_ros.tools.bagfile:main",
             "streamcache-node-demo = streamcache_ros.tools.demo:main",

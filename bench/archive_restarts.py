@@ -16,7 +16,7 @@ The first-half questions are windows of 100 frames (``seen``, ``now_color``, ``n
 window), and ``first_color`` / ``first_shape`` / ``seen`` / ``when first`` up to the middle: every one
 answered from the archive once the working memory has moved on. Reported: accuracy per phase against
 the truth, answers that changed across a restart, archive chunks before and after each restart,
-frames lost to the kill (at most the chunk in progress: docs/archive.md "Durability and restarts"), the launch's exit
+frames lost to the kill (at most the chunk in progress: docs/archive.md "Durability"), the launch's exit
 codes, memory flat. Exits 1 when a check fails.
 """
 from __future__ import annotations

@@ -598,6 +598,8 @@ def ask_seen_in_window(stream, n, first, last, rng):
         pool = inside
     else:
         pool = outside if outside and (not never or rng.random() < 0.5) else never
+    if not pool:  # every identity is in the window: no 'no' to ask, so a present one is asked
+        want_yes, pool = True, inside
     shape, colour = pool[int(rng.integers(len(pool)))]
     options, answer = _shuffled(["yes", "no"] if want_yes else ["no", "yes"], rng)
     evidence = [i for i in range(first, last + 1) if any(v.identity == (shape, colour) for v in stream.truth[i])]

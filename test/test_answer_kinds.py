@@ -7,7 +7,7 @@ import pytest
 from streamcache_ros import world
 from streamcache_ros.engine import QuestionError
 from streamcache_ros.engine.adapters import read_model_settings
-from streamcache_ros.engine.questions.answer_kinds import AnswerVocabulary, check_free_text, question_kind
+from streamcache_ros.engine.questions.answer_kinds import AnswerVocabulary, check_free_text, check_words, question_kind
 from streamcache_ros.engine.errors import ModelLoadError
 from streamcache_ros.engine.adapters.models import resolve_model_path
 
@@ -98,6 +98,35 @@ def test_a_question_outside_what_the_model_answers_is_refused_naming_what_it_ans
     narrow = AnswerVocabulary.from_settings({"answers": {"yes_no": ["yes", "no"]}})
     with pytest.raises(QuestionError, match="asks for a colour, which it does not answer"):
         check_free_text("What color is the square now?", [], narrow)
+
+
+def test_british_and_american_spellings_are_one_word():
+    """issue 41: "What colour is the square?" was refused as a word never asked with; a question is
+    read in the spelling its model knows, and a spelling the model knows is left as it is."""
+    vocabulary = world_vocabulary()
+    assert check_free_text("What colour is the square now?", [], vocabulary).expected == "colour"
+    check_words("What colour was the first object you saw?", vocabulary)
+    assert vocabulary.spelled("What colour is the square? Colour it") == "What color is the square? Color it"
+    assert vocabulary.spelled("What color is the square?") == "What color is the square?"
+    grey = AnswerVocabulary.from_settings({"answers": {"colour": ["gray", "red"], "yes_no": ["yes", "no"]},
+                                           "question_words": ["did", "you", "see", "a", "gray", "red", "circle"]})
+    check_words("Did you see a grey circle?", grey)
+    assert grey.spelled("Did you see a Grey circle?") == "Did you see a Gray circle?"
+    assert grey.answer_kind("Grey.") == "colour"
+    with pytest.raises(QuestionError, match="never asked with \\('colourful'\\)"):  # whole words only
+        check_words("Did you see a colourful circle?", vocabulary)
+
+
+def test_one_word_check_for_ask_when_and_standing_questions():
+    """issue 41: `when` answered "Is the door open?" while Ask refused it: the one check (check_words)
+    refuses it with Ask's own message."""
+    vocabulary = world_vocabulary()
+    with pytest.raises(QuestionError) as asked:
+        check_free_text("Is the door open?", [], vocabulary, "world")
+    with pytest.raises(QuestionError) as checked:
+        check_words("Is the door open?", vocabulary, "world")
+    assert str(checked.value) == str(asked.value) and "never asked with ('door', 'open')" in str(asked.value)
+    check_words("Is the door open?", None)  # a model that declares no words: not checked
 
 
 def test_what_is_not_checked():

@@ -138,7 +138,7 @@ def test_standing_answers_are_kept_beside_their_chunk(stream, tmp_path):
     session.close_archive()
 
 
-def test_build_session_opens_the_archive_a_folder_names_and_refuses_one_in_use(stream, tmp_path):
+def test_build_session_opens_the_archive_a_folder_names_and_refuses_one_in_use(stream, tmp_path, monkeypatch):
     """The factory builds the archive tier as it builds the policy: every front end gets it from
     ``archive_path``; a folder held by another session is a ConfigError naming archive_path, with
     the holder's name; bad archive numbers are refused before a model loads."""
@@ -152,6 +152,11 @@ def test_build_session_opens_the_archive_a_folder_names_and_refuses_one_in_use(s
     assert "/robot/memory" in str(refused.value)
     session.close_archive()
     assert build_session({**params, "archive_path": ""}).status().archive is None
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    for off in ("off", "OFF", " Off "):  # issue 41: what a shell passes for no archive, not a folder named so
+        assert build_session({**params, "archive_path": off}).status().archive is None
+    assert list((tmp_path / "elsewhere").iterdir()) == []
     for name, value in (("recall_chunks", -1), ("archive_max_bytes", 0)):
         with pytest.raises(ConfigError, match=name):
             build_session({**params, "model_path": "/no/such/model", name: value})

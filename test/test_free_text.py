@@ -86,6 +86,30 @@ def test_a_question_outside_what_the_model_knows_is_refused_before_anything_is_e
     assert session.ask(question, ["yes", "no"]).option_index >= 0 and session.pending_frames() == 0
 
 
+def test_ask_when_and_standing_questions_share_one_word_check(adapter):
+    """issue 41: `when` answered "Is the door open?" (P(yes) 0.95) while Ask refused the same words;
+    now all three refuse it with Ask's message, the waiting frames still waiting."""
+    session = fed(adapter, stream(), FRAMES + WAITING)
+    before = memory_state(session)
+    refusals = []
+    for asking in (lambda q: session.ask(q), lambda q: session.when(q, "last"), session.check_yes_no_question):
+        with pytest.raises(QuestionError) as refused:
+            asking("Is the door open?")
+        refusals.append(str(refused.value))
+    assert refusals[0] == refusals[1] == refusals[2] and "never asked with ('door', 'open')" in refusals[0]
+    assert_same(before, memory_state(session))
+    assert session.when("Did you see a red circle?", "last").questions_asked > 0
+
+
+def test_a_british_spelling_is_asked_as_the_model_knows_it(adapter):
+    """issue 41: "What colour is the square?" was refused for the British spelling; it is asked as
+    "color", the spelling the world's questions use, so it gets the same answer."""
+    session = fed(adapter, stream(frames=FRAMES), FRAMES)
+    british, american = session.ask("What colour is the square now?"), session.ask("What color is the square now?")
+    assert british.expected_kind == "colour" and british.text == american.text
+    session.check_yes_no_question("Is the colour red now?")  # a standing question takes it too
+
+
 # Questions in the world's words and of kinds it answers, that the world was never asked: the
 # model answers them, often with a word of another kind ("Did the circle move?" -> a colour)
 OFF_WORLD = ["Did the circle move?", "How many objects did you see first?", "Which way is the red circle?",

@@ -11,7 +11,7 @@ import signal
 
 import pytest
 
-from node_procs import Proc, child_env, client_of, replay_lock_step, stamp_ns, tiny_node
+from node_procs import ROOT, Proc, child_env, client_of, replay_lock_step, stamp_ns, tiny_node
 from streamcache_ros import world
 from streamcache_ros.tools import bagfile
 
@@ -60,9 +60,11 @@ def test_the_archive_answers_across_a_sigint_and_a_kill_9_restart(domain, bags, 
             assert stamp_ns(status.archive_oldest_stamp) == START
             assert stamp_ns(status.archive_newest_stamp) == START + (FRAMES - 1) * S
             assert status.frames_in_memory < 16  # the bounded memory holds far less
+        assert f"archive: {archive} (0 chunk(s) kept from before" in proc.output()  # issue 41: a new one says where
         assert proc.stop() == 0  # SIGINT
     with Proc(node(archive), child_env(domain)) as proc:
         with client_of(proc, domain, NS) as c:
+            assert f"archive: {archive} ({FRAMES // 4} chunk(s) kept from before" in proc.output()
             status = c.memory_status()
             assert status.frames_in_memory == 0 and status.archive_chunks == FRAMES // 4
             assert early_answer(c) == before
@@ -103,11 +105,14 @@ def test_reset_memory_clears_the_archive(domain, bags, tmp_path):
             assert not reply.success and "no frames" in reply.error_message
 
 
-def test_archive_off_with_an_empty_path(domain, bags, tmp_path):
-    with Proc(tiny_node(NS + "_off", [CAM], archive_path="''"), child_env(domain)) as proc:
+@pytest.mark.parametrize("off", ["''", "Off"])  # issue 41: 'off' is what a shell passes with no quoting
+def test_archive_off_with_an_empty_path(domain, bags, tmp_path, off):
+    with Proc(tiny_node(NS + "_off", [CAM], archive_path=off), child_env(domain)) as proc:
         with client_of(proc, domain, NS + "_off") as c:
             replay_lock_step(domain, bags[0], NS + "_off", "--fast")
             status = c.memory_status()
             assert status.archive_chunks == 0
             reply = c.ask(QUESTION, OPTIONS)
             assert reply.success and reply.recalled_chunks == 0
+        assert "archive off (archive_path " in proc.output()
+    assert not (ROOT / off).exists()

@@ -140,6 +140,7 @@ def test_the_ask_cli(client, domain):
     found = cli("--json", "What is on the table?")  # no --namespace: the one node is found
     assert found.returncode == 0 and json.loads(found.stdout)["answer"] == service.answer
     assert json.loads(found.stdout)["newest_frame_age_s"] >= service.newest_frame_age_s
+    assert json.loads(found.stdout)["recalled_chunks"] == service.recalled_chunks
     streamed = cli("--namespace", NS, "--stream", "What is on the table?")
     assert streamed.returncode == 0 and streamed.stdout.strip() == printed.strip()
     refused = cli("--namespace", NS, "--camera", "/other/cam", "What is on the table?")

@@ -114,6 +114,27 @@ def test_a_question_that_cannot_stand_is_refused_the_list_unchanged(client, prob
     assert list(reply.watch_questions) == listed(probe) == [RED]
 
 
+def test_the_standing_questions_are_bounded(client, probe, standing):
+    """issue 41: at most MAX_WATCH_QUESTIONS stand; one more is refused saying so, the list
+    unchanged; `ros2 param set` checks each question as add_watch_question does."""
+    from streamcache_ros.node.params import MAX_WATCH_QUESTIONS  # noqa: PLC0415
+
+    for i in range(MAX_WATCH_QUESTIONS - 1):
+        assert client.add_watch_question(f"Is there a red shape number {i}?").success
+    full = listed(probe)
+    assert len(full) == MAX_WATCH_QUESTIONS
+    reply = client.add_watch_question("Is there one too many?")
+    assert not reply.success and f"at most {MAX_WATCH_QUESTIONS} stand at once" in reply.error_message, reply
+    assert list(reply.watch_questions) == listed(probe) == full
+    refused = probe.set_parameter(NODE, "watch_questions", full + ["Is there one too many?"])
+    assert not refused.successful and f"has {MAX_WATCH_QUESTIONS + 1} questions" in refused.reason
+    refused = probe.set_parameter(NODE, "watch_questions", [RED, "What colour is the square?"])
+    assert not refused.successful and "is not a yes/no question" in refused.reason, refused.reason
+    refused = probe.set_parameter(NODE, "watch_questions", [RED, "Did you see " + "a very " * 60 + "red circle?"])
+    assert not refused.successful and f"the limit is {MAX_QUESTION_TOKENS}" in refused.reason, refused.reason
+    assert listed(probe) == full
+
+
 def test_the_node_asks_what_the_parameter_shows(client, probe, domain, tmp_path, standing):
     """One WatchEvent per chunk for each question listed, and for nothing else: added ones from the
     next chunk on, a removed one no more."""

@@ -110,6 +110,28 @@ def test_when_refusals_say_why_and_leave_the_memory(client, request_fields, reas
     assert (after.frames_in_memory, after.kv_tokens) == (before.frames_in_memory, before.kv_tokens)
 
 
+def test_the_cli_json_says_recalled_chunks(capsys):
+    """issue 41: `--json` carries recalled_chunks for an ask (service and action) and a `--when`."""
+    from streamcache_ros.client import ask_cli  # noqa: PLC0415
+    from streamcache_ros_interfaces.action import Ask as AskAction  # noqa: PLC0415
+    from streamcache_ros_interfaces.srv import Ask, When  # noqa: PLC0415
+
+    class Memory:  # StreamCacheClient's replies, as the node fills them
+        def ask(self, *args, **kwargs):
+            return Ask.Response(success=True, answer="1", recalled_chunks=3)
+
+        def ask_streaming(self, *args, **kwargs):
+            return AskAction.Result(success=True, answer="1", recalled_chunks=4)
+
+        def when(self, *args, **kwargs):
+            return When.Response(success=True, found=True, recalled_chunks=5)
+
+    for argv, chunks in ((["--json", "How many objects?"], 3), (["--json", "--stream", "How many objects?"], 4),
+                         (["--json", "--when", "first", RED], 5)):
+        assert ask_cli.run(ask_cli.parse_args(argv), Memory()) == 0
+        assert json.loads(capsys.readouterr().out)["recalled_chunks"] == chunks
+
+
 def test_the_cli_asks_when(domain, client):
     def cli(*args):
         return subprocess.run(python_module("streamcache_ros.client.ask_cli", "--namespace", NS, *args),
@@ -120,6 +142,7 @@ def test_the_cli_asks_when(domain, client):
     data = json.loads(done.stdout)
     assert data["success"] and len(data["timeline"]) == 16 and data["frames_searched"] == 16
     assert data["searched_since"] == START / S and data["evicted_before"] is False
+    assert data["recalled_chunks"] == client.when(BLUE, "timeline").recalled_chunks  # issue 41
     last = cli("--when", "last", RED)
     assert last.returncode == 0, last.stderr
     assert "windows" in last.stdout or "not found" in last.stdout

@@ -202,6 +202,18 @@ def test_a_windowed_question_is_answered_from_the_window_alone(streams):
         streams[0].window_questions(100, 90, 120, rng)
 
 
+def test_window_questions_when_every_identity_is_in_the_window():
+    """issue 41: with all 18 identities inside the window there is no 'no' to ask; it once raised
+    ValueError (high <= 0) drawing from the empty pool, now a present identity is asked."""
+    s = world.make_stream(3, 8)
+    everyone = tuple(world.ObjectView(i, shape, colour, 0.0, 0.0, 4.0)
+                     for i, (shape, colour) in enumerate((sh, c) for sh in world.SHAPES for c in world.COLOUR_NAMES))
+    crowded = world.WorldStream(s.seed, s.look, [everyone] * 8, [], [], {}, 0.0)
+    for seed in range(20):
+        asked = crowded.window_questions(8, 2, 5, np.random.default_rng(seed), kinds=("seen",))
+        assert [(q.kind, q.answer, q.evidence_frames) for q in asked] == [("seen", "yes", [2, 3, 4, 5])]
+
+
 def test_seen_is_balanced_and_no_question_where_the_stream_moves():
     answers = [q.answer for seed in range(200) for q in world.make_stream(seed, 64).questions(64, kinds=("seen",))]
     assert 0.35 < answers.count("yes") / len(answers) < 0.65

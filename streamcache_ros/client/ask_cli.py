@@ -7,6 +7,8 @@
     streamcache-ask --evidence "when did you last see the red circle?"    # and the frames it drew on
     streamcache-ask --since 1700000000 --until 1700000300 "what was on the table?"   # a time window
     streamcache-ask --when last "Did you see a red circle?"        # when: last | first | timeline
+    streamcache-ask --when last --save-images frames/ "Did you see a red circle?"   # and the frame it found
+    streamcache-ask --when timeline --plot day.png "Did you see a red circle?"      # P(yes), its peaks' frames
     streamcache-ask --status | --reset | --save kitchen.pt | --load kitchen.pt | --timeline
 
 JSON (``--json``, and ``--status`` and ``--timeline`` always) is printed the same way, indented. ``--save`` and
@@ -54,7 +56,8 @@ def _answer_dict(r, options: list[str]) -> dict:
             "evidence_stamps": [_time(t) for t in r.evidence_stamps], "evidence_cameras": list(r.evidence_cameras),
             "evidence_weights": [float(w) for w in r.evidence_weights],
             "evidence_summary_share": float(r.evidence_summary_share),
-            "option_probabilities": [round(float(p), 4) for p in r.option_probabilities], **_reach_dict(r)}
+            "option_probabilities": [round(float(p), 4) for p in r.option_probabilities], **_reach_dict(r),
+            "recalled_chunks": int(r.recalled_chunks)}
 
 
 def _reach_dict(r) -> dict:
@@ -74,7 +77,7 @@ def _when_dict(r) -> dict:
             "stamp": _time(r.stamp) if r.found else None, "camera": r.camera,
             "yes_probability": round(float(r.yes_probability), 4), "questions_asked": r.questions_asked,
             "total_ms": r.total_ms, "frames_searched": r.frames_searched, **_reach_dict(r),
-            "may_be_older": bool(r.may_be_older),
+            "may_be_older": bool(r.may_be_older), "recalled_chunks": int(r.recalled_chunks),
             "timeline": [[_time(t), round(float(p), 4)] for t, p in zip(r.timeline_stamps, r.timeline_yes_probability)]}
 
 
@@ -144,6 +147,11 @@ def parse_args(argv):
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for the answer")
     parser.add_argument("--wait", type=float, default=15.0, help="seconds to wait for the node to appear")
     parser.add_argument("--json", action="store_true", help="print the whole reply as JSON (indented, as --status)")
+    parser.add_argument("--save-images", metavar="DIR",
+                        help="ask for the evidence frames' thumbnails (with_images) and write them into DIR as "
+                             "<stamp>_<camera>.jpg (docs/show.md)")
+    parser.add_argument("--plot", metavar="OUT.png",
+                        help="with --when timeline: draw P(yes) over the window with the frames of its peaks")
     what = parser.add_mutually_exclusive_group()
     what.add_argument("--status", action="store_true", help="print the next MemoryStatus as JSON")
     what.add_argument("--reset", action="store_true", help="forget every frame")
@@ -160,6 +168,8 @@ def parse_args(argv):
         parser.error("--max-new-tokens must be >= 0")
     if args.evidence_k < 0:
         parser.error("--evidence-k must be >= 0")
+    if args.plot and args.when != "timeline":
+        parser.error("--plot draws a timeline: give --when timeline")
     for name in ("since", "until"):
         if getattr(args, name) is not None and getattr(args, name) < 0:
             parser.error(f"--{name} must be >= 0 (a stamp in seconds)")
@@ -208,15 +218,18 @@ def run(args, client) -> int:
         return _report(args, r, _timeline_dict(r), json.dumps(_timeline_dict(r), indent=2))
     if args.when:
         r = client.when(args.question, args.when, args.camera, since=args.since, until=args.until,
-                        timeout=args.timeout)
-        return _report(args, r, _when_dict(r), _when_text(r, args.when))
-    window = {"since": args.since, "until": args.until, "evidence_k": args.evidence_k}
+                        timeout=args.timeout, with_images=bool(args.save_images or args.plot))
+        code = _report(args, r, _when_dict(r), _when_text(r, args.when))
+        return code or _pictures(args, r)
+    window = {"since": args.since, "until": args.until, "evidence_k": args.evidence_k,
+              "with_images": bool(args.save_images)}
     if not args.stream:
         r = client.ask(args.question, args.option, args.camera, args.max_new_tokens, timeout=args.timeout, **window)
         chosen = _matched(r, args.option)
-        return _report(args, r, _answer_dict(r, args.option),
+        code = _report(args, r, _answer_dict(r, args.option),
                        r.answer + (f"\n({chosen})" if chosen else "") + (_evidence_lines(r) if args.evidence else "")
                        + _reach_line(r))
+        return code or _pictures(args, r)
     cancel = threading.Event()
 
     def show(partial: str, new_text: str) -> None:
@@ -243,6 +256,32 @@ def run(args, client) -> int:
     if not r.success:
         print(f"streamcache-ask: {r.error_message}", file=sys.stderr)
         return EXIT_REFUSED
+    return _pictures(args, r)
+
+
+def _pictures(args, reply) -> int:
+    """--save-images and --plot, from a reply asked with_images; said on stderr, so --json stays JSON."""
+    if not (args.save_images or args.plot):
+        return 0
+    from .client import evidence_images  # noqa: PLC0415
+
+    images = evidence_images(reply)
+    if args.save_images:
+        import pathlib  # noqa: PLC0415
+
+        folder = pathlib.Path(args.save_images)
+        folder.mkdir(parents=True, exist_ok=True)
+        for image in images:
+            camera = "".join(c if c.isalnum() or c in "-_" else "_" for c in image.camera.strip("/")) or "camera"
+            (folder / f"{image.stamp:.3f}_{camera}.jpg").write_bytes(image.jpeg)
+        print(f"wrote {len(images)} image(s) to {folder}" + ("" if images else " (the node keeps no thumbnails of "
+              "those frames: archive_thumbnail_px 0, or no archive)"), file=sys.stderr)
+    if args.plot:
+        from ..tools.archive_pictures import timeline_plot  # noqa: PLC0415
+
+        timeline_plot([_time(t) for t in reply.timeline_stamps], [float(p) for p in reply.timeline_yes_probability],
+                      images, args.question).save(args.plot)
+        print(f"wrote {args.plot}: {len(reply.timeline_stamps)} point(s), {len(images)} peak frame(s)", file=sys.stderr)
     return 0
 
 

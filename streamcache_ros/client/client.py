@@ -31,7 +31,10 @@ import itertools
 import os
 import threading
 import time
+from dataclasses import dataclass
 from typing import Callable
+
+import numpy as np
 
 from .participant import OwnParticipant
 
@@ -110,9 +113,36 @@ def to_time(value):
     return Time(sec=ns // 1_000_000_000, nanosec=ns % 1_000_000_000)
 
 
-def time_request(since=None, until=None, evidence_k: int = 0) -> dict:
+def time_request(since=None, until=None, evidence_k: int = 0, with_images: bool = False) -> dict:
     """The Ask request's (and goal's) time fields (docs/interfaces.md "Time windows and evidence")."""
-    return {"since": to_time(since), "until": to_time(until), "evidence_k": int(evidence_k)}
+    return {"since": to_time(since), "until": to_time(until), "evidence_k": int(evidence_k),
+            "with_images": bool(with_images)}
+
+
+@dataclass
+class EvidenceImage:
+    """One of a reply's evidence_images: the frame's stamp (seconds), its camera, RGB uint8 [H, W, 3]."""
+
+    stamp: float
+    camera: str
+    rgb: np.ndarray
+    jpeg: bytes
+
+
+def evidence_images(reply) -> list[EvidenceImage]:
+    """A reply's ``evidence_images`` (Ask or When asked ``with_images=True``) decoded to arrays, in
+    the reply's order (docs/show.md)."""
+    import io  # noqa: PLC0415
+
+    from PIL import Image  # noqa: PLC0415 - only a caller that wants pictures pays for the import
+
+    out = []
+    for msg in getattr(reply, "evidence_images", []):
+        data = bytes(msg.data)
+        with Image.open(io.BytesIO(data)) as image:
+            rgb = np.asarray(image.convert("RGB"))
+        out.append(EvidenceImage(msg.header.stamp.sec + msg.header.stamp.nanosec * 1e-9, msg.header.frame_id, rgb, data))
+    return out
 
 
 def _wait(future, timeout: float | None, what: str):
@@ -372,17 +402,19 @@ class StreamCacheClient:
         return _wait(client.call_async(request), timeout, what)
 
     def ask(self, question: str, options=(), camera: str = "", max_new_tokens: int = 0,
-            timeout: float | None = 300.0, *, since=None, until=None, evidence_k: int = 0):
+            timeout: float | None = 300.0, *, since=None, until=None, evidence_k: int = 0, with_images: bool = False):
         """The Ask service; returns its response (check ``success`` / ``error_message``).
         ``since`` / ``until``: a time window (seconds as the camera stamps, or Time; None = open);
-        ``evidence_k``: evidence frames wanted (0: the node's evidence_k)."""
+        ``evidence_k``: evidence frames wanted (0: the node's evidence_k); ``with_images``: the
+        evidence frames' thumbnails in ``evidence_images`` (``evidence_images(reply)``: as arrays)."""
         request = self._types["Ask"].Request(question=question, options=list(options), camera=camera,
-                                             max_new_tokens=max_new_tokens, **time_request(since, until, evidence_k))
+                                             max_new_tokens=max_new_tokens,
+                                             **time_request(since, until, evidence_k, with_images))
         return self._request(self._ask, request, timeout, "ask")
 
     def ask_async(self, question: str, options=(), camera: str = "", max_new_tokens: int = 0,
                   on_text: Callable[[str, str], None] | None = None, *, since=None, until=None,
-                  evidence_k: int = 0) -> "AskGoal":
+                  evidence_k: int = 0, with_images: bool = False) -> "AskGoal":
         """The Ask action without blocking (for behaviour-tree leaves): returns an AskGoal at once;
         poll its ``done()``, read ``partial_answer`` while it streams, ``result()`` when done.
         ``on_text(partial_answer, new_text)`` runs on the client's thread for each piece; the time
@@ -390,7 +422,7 @@ class StreamCacheClient:
         goal = AskGoal(on_text)
         request = self._types["AskAction"].Goal(question=question, options=list(options), camera=camera,
                                                 max_new_tokens=max_new_tokens,
-                                                **time_request(since, until, evidence_k))
+                                                **time_request(since, until, evidence_k, with_images))
 
         def send() -> None:
             sent = self._action.send_goal_async(request, feedback_callback=goal._on_feedback)
@@ -415,14 +447,14 @@ class StreamCacheClient:
     def ask_streaming(self, question: str, options=(), camera: str = "", max_new_tokens: int = 0,
                       on_text: Callable[[str, str], None] | None = None, cancel: threading.Event | None = None,
                       on_accepted: Callable[[], None] | None = None, timeout: float | None = 300.0, *,
-                      since=None, until=None, evidence_k: int = 0):
+                      since=None, until=None, evidence_k: int = 0, with_images: bool = False):
         """The Ask action: ``on_text(partial_answer, new_text)`` per feedback; setting ``cancel``
         cancels the goal (the result then has success false and the partial answer). Returns the
         action's result. The time fields as in ``ask``."""
         if not self._action.wait_for_server(timeout_sec=timeout if timeout is not None else 15.0):
             raise NodeNotFound(f"action {self.namespace}/ask_action is not available")
         goal = self.ask_async(question, options, camera, max_new_tokens, on_text, since=since, until=until,
-                              evidence_k=evidence_k)
+                              evidence_k=evidence_k, with_images=with_images)
         try:
             if not goal._wait_for(lambda: goal.state != AskGoal.PENDING, timeout):
                 raise TimeoutError(f"no reply to ask_action goal within {timeout} s")
@@ -527,12 +559,13 @@ class StreamCacheClient:
         return self._request(self._timeline, request, timeout, "memory_timeline")
 
     def when(self, question: str, mode: str = "last", camera: str = "", *, since=None, until=None,
-             timeout: float | None = 300.0):
+             timeout: float | None = 300.0, with_images: bool = False):
         """The when service: the ``last`` / ``first`` stamp at which the yes/no ``question`` holds,
         or its ``timeline``, searched in the memory (``since`` / ``until`` as in ``ask``). Returns the
-        response (check ``success``, then ``found`` and ``stamp``)."""
+        response (check ``success``, then ``found`` and ``stamp``); ``with_images``: the frame found in
+        ``evidence_images``."""
         request = self._types["When"].Request(question=question, mode=mode, camera=camera, since=to_time(since),
-                                              until=to_time(until))
+                                              until=to_time(until), with_images=bool(with_images))
         return self._request(self._when, request, timeout, "when")
 
     def set_watch_questions(self, questions, timeout: float | None = 30.0) -> str:

@@ -16,7 +16,7 @@ from typing import Any
 from .adapters import ModelAdapter, VisionInputs, load_adapter
 from .adapters.models import resolve_retrieval_path
 from .recall.index import RetrievalEncoder
-from .parameters import check_budget, reference_unit, resolved_budget_tokens
+from .parameters import archive_off, check_budget, reference_unit, resolved_budget_tokens
 from .cache import CachePolicy, ChunkShape, SettingError, policy_class
 from .cache.h2svc import check_head_map
 from .cache.sap import HEAD_MAP_FILE, HeadMap
@@ -207,11 +207,12 @@ def build_session(params: dict[str, Any]) -> Session:
         config = dataclasses.replace(config, evidence_layers=model_evidence_layers(adapter))
     p["budget_tokens"] = resolved_budget_tokens(int(p["budget_tokens"]), adapter)
     session = Session(adapter, policy_of_class(adapter, cls, p, config), config)
-    if str(p["archive_path"]):
+    if not archive_off(p["archive_path"]):
         encoder = _retrieval_encoder(str(p["retrieval_model_path"]), adapter.model_id, str(adapter.device))
         try:
             session.open_archive(str(p["archive_path"]), int(p["archive_max_bytes"]), int(p["recall_chunks"]),
-                                 owner=str(p.get("archive_owner", "")), encoder=encoder)
+                                 owner=str(p.get("archive_owner", "")), encoder=encoder,
+                                 thumbnail_px=int(p["archive_thumbnail_px"]), sync=str(p["archive_sync"]))
         except ArchiveError as err:  # held by another node, another model's, other cameras: nothing opened
             raise ConfigError("archive_path", str(err)) from None
     return session

@@ -8,7 +8,10 @@ The engine calls a point where the failure it stands for would happen; nothing i
 - ``prefill``: before each decoder layer of a chunk's prefill (``chunk``, ``layer``, ``layers``);
 - ``compress``: a chunk's compression starts, after a complete prefill (``chunk``);
 - ``question``: before each decoder layer while a question is answered (``question``, ``layer``,
-  ``layers``).
+  ``layers``);
+- ``archive``: inside the archive's write path (``step``): ``insert`` after a chunk's row is written
+  and before its transaction commits, ``bound`` after the bound deleted a chunk and before that
+  commit, ``checkpoint`` as the log is folded back at close (docs/reliability.md "Crashes").
 
 Every point is off, and costs a dictionary lookup, unless it is armed: by tests (``armed``), or by a
 plan in the environment variable ``STREAMCACHE_TEST_FAULTS`` (the node arms it at configure and logs
@@ -18,11 +21,16 @@ decoder layer, so half the layers already hold its keys; ``compress:N`` as its c
 ``question:N`` at the middle layer of the Nth question that reaches the model. Chunks and questions
 are counted from 1, failed ones included; each item fires once. ``oom`` raises
 torch.cuda.OutOfMemoryError (what CUDA raises; constructible without a GPU), ``error`` a RuntimeError.
+The archive's steps are stages of their own (``archive_insert:N``, ``archive_bound:N``,
+``archive_checkpoint:N``, counted per step) and take two more kinds: ``kill`` (SIGKILL, the process
+dies there, as in a power cut of the process) and ``full`` (SQLite's "database or disk is full").
 """
 from __future__ import annotations
 
 import os
 import re
+import signal
+import sqlite3
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Callable, Iterator
@@ -30,9 +38,10 @@ from typing import Callable, Iterator
 import torch
 
 ENV = "STREAMCACHE_TEST_FAULTS"
-POINTS = ("encode", "prefill", "compress", "question")
-STAGES = ("encode", "chunk", "compress", "question")
-KINDS = ("oom", "error")
+POINTS = ("encode", "prefill", "compress", "question", "archive")
+ARCHIVE_STEPS = ("insert", "bound", "checkpoint")
+STAGES = ("encode", "chunk", "compress", "question") + tuple(f"archive_{step}" for step in ARCHIVE_STEPS)
+KINDS = ("oom", "error", "kill", "full")
 _ITEM = re.compile(rf"^({'|'.join(STAGES)}):([1-9][0-9]*)=({'|'.join(KINDS)})$")
 
 Action = Callable[..., None]
@@ -71,6 +80,10 @@ def armed(**actions: Action) -> Iterator[None]:
 
 
 def make_exception(kind: str, where: str) -> Exception:
+    if kind == "kill":
+        os.kill(os.getpid(), signal.SIGKILL)  # never returns: the process ends here, mid-write
+    if kind == "full":
+        return sqlite3.OperationalError("database or disk is full")
     if kind == "oom":
         return torch.cuda.OutOfMemoryError(f"CUDA out of memory. Tried to allocate 2.00 GiB (injected at {where})")
     return RuntimeError(f"injected fault at {where}")
@@ -112,7 +125,14 @@ class FaultPlan:
             if layer == layers // 2:
                 fire(stage, number, f"{stage} {number}, layer {layer}")
 
-        return {"encode": lambda chunk, **_: fire("encode", chunk, f"encode {chunk}"),
+        passes: dict[str, int] = {}
+
+        def archive_step(step: str, **_) -> None:
+            passes[step] = passes.get(step, 0) + 1
+            fire(f"archive_{step}", passes[step], f"archive {step} {passes[step]}")
+
+        return {"archive": archive_step,
+                "encode": lambda chunk, **_: fire("encode", chunk, f"encode {chunk}"),
                 "prefill": lambda chunk, layer, layers, **_: in_middle("chunk", chunk, layer, layers),
                 "compress": lambda chunk, **_: fire("compress", chunk, f"compress {chunk}"),
                 "question": lambda question, layer, layers, **_: in_middle("question", question, layer, layers)}

@@ -17,6 +17,7 @@ import numpy as np
 
 from .adapters import ADAPTERS, ModelAdapter, VisionInputs
 from .recall.archive import DEFAULT_MAX_BYTES as DEFAULT_ARCHIVE_MAX_BYTES
+from .recall.archive import DEFAULT_THUMBNAIL_PX
 from .cache import POLICIES, SettingInfo, policy_settings
 from .cache import takes_budget as _takes_budget
 from .cache.settings import INHERITED
@@ -114,9 +115,17 @@ ENGINE_PARAMETERS: dict[str, ParameterInfo] = {
                                     "(docs/performance.md)", 0, None),
     # the archive tier (recall/; docs/archive.md): opened by build_session, so every front end gets it
     "archive_path": _P("", "The archive (docs/archive.md): every chunk also kept on disk, recalled by questions that "
-                           "reach past the working memory, kept across restarts; a folder, '' = off"),
+                           "reach past the working memory, kept across restarts; a folder, '' or 'off' = off"),
     "archive_max_bytes": _P(DEFAULT_ARCHIVE_MAX_BYTES, "The archive's bound in bytes: past it the oldest chunks go "
                                                        "(the first chunk of each camera stays)", 1, None),
+    "archive_thumbnail_px": _P(DEFAULT_THUMBNAIL_PX, "A JPEG of every archived frame, its longest side this many "
+                                                     "pixels, counted in archive_max_bytes: what the archive CLI, "
+                                                     "with_images answers and the shown topic show (docs/show.md); "
+                                                     "0 = none", 0, 4096),
+    "archive_sync": _P("normal", "When the archive's commits reach the disk (docs/archive.md \"Durability\"): normal = at "
+                                 "each checkpoint (a kill -9 loses nothing committed, a power cut may lose the chunks "
+                                 "since the last checkpoint), full = at every commit (a power cut loses nothing "
+                                 "committed; each chunk waits for the disk)", choices=("normal", "full")),
     "recall_chunks": _P(2, "Archived chunks a question with no time window brings back for their relevance (ranked "
                            "by the index), beside the stream's first and newest chunks, answered over that short "
                            "replay whenever the archive reaches past the working memory (docs/archive.md \"Recall\")",
@@ -128,6 +137,12 @@ ENGINE_PARAMETERS: dict[str, ParameterInfo] = {
 }
 # what build_session takes when a parameter is not given
 ENGINE_DEFAULTS: dict[str, Any] = {name: info.default for name, info in ENGINE_PARAMETERS.items()}
+
+
+def archive_off(value: Any) -> bool:
+    """archive_path '' or 'off' (any case): no archive. 'off' because a shell's `-p archive_path:=''`
+    reaches ROS's argument parser as nothing at all, and it refuses that (docs/interfaces.md)."""
+    return str(value).strip().lower() in ("", "off")
 
 
 def engine_parameters() -> dict[str, ParameterInfo]:

@@ -33,7 +33,7 @@ from .questions import checks
 from .questions.answering import QuestionRunner
 from .questions.desk import QuestionDesk
 from .questions.turns import TurnLock
-from .recall.archive import Archive, ArchiveSettings, EncodedChunk
+from .recall.archive import DEFAULT_THUMBNAIL_PX, Archive, ArchiveSettings, EncodedChunk
 from .recall.tier import MemoryTier
 from .status import (Answer, ArchiveStatus, CacheSummary, ChunkReport, DeviceMemory, EngineInfo, EvidenceFrame,
                      MemoryTimeline, SessionStatus, WatchAnswer, WhenAnswer, process_rss_bytes)
@@ -50,6 +50,7 @@ class Session:
         self.policy = policy
         self.config = config or SessionConfig()
         self.ledger = UnitLedger(SUMMARY_UNIT)
+        self.archived_chunks_cleared = 0  # by the last reset
         policy.setup(adapter.geometry())
         layers = policy.geometry.num_layers
         self.evidence_layers = self.config.evidence_layers or default_evidence_layers(layers)
@@ -59,7 +60,8 @@ class Session:
         # a replay of archived chunks is prefilled into a scratch Session over a full cache
         self.memory = MemoryTier(adapter, policy, self.ledger, lambda: Session(adapter, make_policy("full"), self.config))
         self.chunks = ChunkPipeline(adapter, policy, self.ledger, self.config, keep=self.memory.keep,
-                                    index_frames=self.memory.index_frames)
+                                    index_frames=self.memory.index_frames,
+                                    thumbnail_frames=self.memory.thumbnail_frames)
         self.memory.make_whole(self.config.chunk_frames, self.chunks.encode_only)
         self.guidance = self.chunks.guidance  # computes what a policy's guidance_request asks for
         # model + cache: one forward pass at a time; a waiting chunk goes before waiting questions
@@ -105,11 +107,11 @@ class Session:
 
     def reset(self) -> int:
         """Forget every frame and the question history, the archive's too; returns the frames
-        forgotten from the working memory."""
+        forgotten from the working memory (``archived_chunks_cleared``: the archive's chunks)."""
         with self._cache_lock, self._pending_lock:
             forgotten = self.memory.counts().frames
             self._clear()
-            self.memory.clear()
+            self.archived_chunks_cleared = self.memory.clear()
             return forgotten
 
     # -- the archive tier -------------------------------------------------------------------------
@@ -122,13 +124,17 @@ class Session:
             self.memory.attach(archive, tuple(key_layers) or tuple(self.evidence_layers), encoder)
             self.chunks.key_layers = self.memory.key_layers
 
-    def open_archive(self, path: str, max_bytes: int, recall_chunks: int, owner: str = "", encoder=None) -> list[str]:
+    def open_archive(self, path: str, max_bytes: int, recall_chunks: int, owner: str = "", encoder=None,
+                     thumbnail_px: int = DEFAULT_THUMBNAIL_PX, sync: str = "normal") -> list[str]:
         """Open (or create) the archive in the folder ``path`` for this model and these cameras, and
         attach it; returns what opening found and mended (each a warning to log). ArchiveError when
         it is refused (held by another node, another model's, other cameras), nothing changed."""
         if int(recall_chunks) < 0:
             raise ConfigError("recall_chunks", f"must be >= 0, got {recall_chunks}")
-        settings = ArchiveSettings(path, max_bytes=int(max_bytes), recall_chunks=int(recall_chunks))
+        if int(thumbnail_px) < 0:
+            raise ConfigError("archive_thumbnail_px", f"must be >= 0, got {thumbnail_px}")
+        settings = ArchiveSettings(path, max_bytes=int(max_bytes), recall_chunks=int(recall_chunks),
+                                   thumbnail_px=int(thumbnail_px), sync=str(sync))
         identity = {"model_id": self.adapter.model_id, "config_hash": self.adapter.config_hash}
         archive = Archive.open(settings, identity, self.config.cameras, owner)
         self.attach_archive(archive, encoder=encoder)
@@ -138,6 +144,16 @@ class Session:
         """What opening the archive found and mended (each a line to log); empty without one."""
         archive = self.memory.archive
         return list(archive.warnings) if archive is not None else []
+
+    def thumbnails_at(self, stamps: list[float], cameras: list[str] | None = None) -> list:
+        """The archived thumbnail (archive Thumbnail: stamp, camera, jpeg) of each frame stamped
+        ``stamps[i]`` (of ``cameras[i]``), None where there is none (no archive, thumbnails off,
+        dropped by the bound). Read off the turn lock, through the archive's reader connection: an
+        answer's images never wait for a chunk, nor a chunk for them (docs/show.md)."""
+        archive = self.memory.archive
+        if archive is None or not stamps:
+            return [None] * len(stamps)
+        return archive.thumbnails_at(list(stamps), list(cameras or []))
 
     def close_archive(self) -> None:
         with self._cache_lock:

@@ -117,6 +117,18 @@ class EvidenceFrame:
     weight: float
 
 
+@dataclass(frozen=True)
+class Hole:
+    """A span of a camera where frames were seen and are held nowhere (docs/archive.md "Holes"):
+    dropped by the archive's bound, not written (a full disk), or while the node was down."""
+
+    camera: str
+    since: float
+    until: float
+    reason: str  # bound | disk | down
+    chunks: int = 0  # chunks lost in it (0: unknown)
+
+
 @dataclass
 class Answer:
     text: str
@@ -148,6 +160,7 @@ class Answer:
     kind_error: str = ""
     # frames held inside the window (working memory or archive), against frames_in_memory: what it read
     frames_in_window: int = 0
+    holes: list[Hole] = field(default_factory=list)  # inside the window, oldest first (evicted_before then true)
 
 
 @dataclass
@@ -163,6 +176,13 @@ class ArchiveStatus:
     oldest_stamp: float = 0.0
     newest_stamp: float = 0.0
     path: str = ""
+    # chunks encoded and never written (a full disk, a write error), and whether that goes on now
+    not_archived: int = 0
+    failing: bool = False
+    holes: int = 0  # spans seen and held nowhere (docs/archive.md "Holes")
+    # damaged files set aside at open (at most two), their bytes counted apart from the bound
+    damaged_copies: list[str] = field(default_factory=list)
+    damaged_bytes: int = 0
 
 
 @dataclass
@@ -192,6 +212,8 @@ class WhenAnswer:
     found_by: str = "memory"
     index_candidates: int = 0  # chunks the index ranked at or above its threshold
     frames_in_window: int = 0  # frames held inside the window (working memory or archive)
+    holes: list[Hole] = field(default_factory=list)  # inside the window, oldest first
+    may_lie_in_hole: bool = False  # a hole newer (last) / older (first) than the answer, or any when not found
 
 
 @dataclass(frozen=True)
@@ -230,6 +252,7 @@ class MemoryTimeline:
     num_layers: int
     bank_names: list[str]  # what bank_kept counts, in order (H2SVC); empty otherwise
     frames: list[FrameRetention]  # oldest first
+    holes: list[Hole] = field(default_factory=list)  # the archive's, of the camera asked (docs/archive.md "Holes")
 
 
 @dataclass(frozen=True)

@@ -222,12 +222,22 @@ def archive_full(archive) -> str:
     return ""
 
 
+def archive_not_writing(archive, not_archived_before: int) -> str:
+    """Why the memory diagnostic is ERROR for the archive: chunks are not being written (a full
+    disk, a write error) now or since the last status; "" otherwise (docs/reliability.md)."""
+    if archive is None or not (archive.failing or archive.not_archived > not_archived_before):
+        return ""
+    return (f"archive not writing: {archive.not_archived} chunk(s) not archived so far ({archive.disk_free_bytes / MIB:.0f} "
+            f"MiB free on its disk); they are named as a hole in answers")
+
+
 class EngineTasks:
     """The "memory" and "latency" statuses, from an EngineView."""
 
     def __init__(self, view: Callable[[], EngineView]):
         self.view = view
         self._chunks_failed = 0
+        self._not_archived = 0  # at the last memory status: ERROR while the count grows
 
     def memory(self, stat):
         v = self.view()
@@ -241,8 +251,13 @@ class EngineTasks:
             stat.summary(ERROR, f"the memory is not updating: the last {m.chunks_failed_in_a_row} chunks failed "
                                 f"({v.chunk_error or m.last_chunk_error}); answers come from frames up to stamp "
                                 f"{m.newest_stamp:.3f}")
+        elif archive_not_writing(m.archive, self._not_archived):
+            stat.summary(ERROR, archive_not_writing(m.archive, self._not_archived))
         elif v.snapshot_error:
             stat.summary(WARN, v.snapshot_error)
+        elif m.archive is not None and m.archive.damaged_copies:
+            stat.summary(WARN, f"the archive was damaged and salvaged at open; the damaged file is at "
+                               f"'{m.archive.damaged_copies[-1]}' (remove it once looked at to clear this)")
         elif cache.budget_tokens and video_max > cache.budget_tokens and v.budget_pending:
             stat.summary(OK, f"budget changed to {cache.budget_tokens} video tokens per layer: pending, the next "
                              f"chunk brings the memory to it (a layer holds {video_max} now)")
@@ -277,6 +292,12 @@ class EngineTasks:
             stat.add("Archive bytes (MiB)", f"{a.bytes / MIB:.1f} of {a.max_bytes / MIB:.0f}")
             stat.add("Archive span (s)", f"{a.oldest_stamp:.3f} .. {a.newest_stamp:.3f}" if a.chunks else "empty")
             stat.add("Archive disk free (MiB)", f"{a.disk_free_bytes / MIB:.0f}")
+            stat.add("Archive chunks not archived", str(a.not_archived))
+            stat.add("Archive holes", str(a.holes))
+            if a.damaged_copies:
+                stat.add("Archive damaged copies (MiB)", f"{len(a.damaged_copies)}, {a.damaged_bytes / MIB:.1f}")
+        if m.archive is not None:
+            self._not_archived = m.archive.not_archived
         if layers:
             stat.add("Layer tokens min/mean/max", f"{min(layers)}/{sum(layers) / len(layers):.1f}/{max(layers)}")
             stat.add("Layer tokens", " ".join(str(n) for n in layers))

@@ -62,7 +62,9 @@ class MemoryServices:
             self.cameras.queues.clear()  # sampled before the reset: not wanted after it
             self.cameras.memory_replaced(restart_sampling=True)
             r.frames_cleared = self.session.reset()
-            self.log.info(f"memory reset: {r.frames_cleared} frames forgotten")
+            r.archived_chunks_cleared = self.session.archived_chunks_cleared
+            self.log.info(f"memory reset: {r.frames_cleared} frames forgotten from the working memory, "
+                          f"{r.archived_chunks_cleared} archived chunks deleted")
         return self._memory_call(response, reset)
 
     def on_save(self, request, response):

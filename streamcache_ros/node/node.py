@@ -41,6 +41,7 @@ from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackRet
 from rclpy.qos import QoSDurabilityPolicy, QoSHistoryPolicy, QoSProfile, QoSReliabilityPolicy
 from rcl_interfaces.msg import SetParametersResult
 from rclpy.parameter import Parameter
+from sensor_msgs.msg import CompressedImage
 from std_msgs.msg import Header
 from streamcache_ros_interfaces.action import Ask as AskAction
 from streamcache_ros_interfaces.msg import MemoryStatus, WatchEvent
@@ -70,8 +71,11 @@ STATUS_QOS = QoSProfile(history=QoSHistoryPolicy.KEEP_LAST, depth=100, reliabili
 # Frame acknowledgements: bursts of a fast lock-step replay must not overflow the queue.
 ACK_QOS = QoSProfile(history=QoSHistoryPolicy.KEEP_LAST, depth=1000, reliability=QoSReliabilityPolicy.RELIABLE,
                      durability=QoSDurabilityPolicy.VOLATILE)
+# ~/shown: the last frame a `when` found stays for a viewer opened after it (rqt_image_view, Foxglove)
+SHOWN_QOS = QoSProfile(history=QoSHistoryPolicy.KEEP_LAST, depth=1, reliability=QoSReliabilityPolicy.RELIABLE,
+                       durability=QoSDurabilityPolicy.TRANSIENT_LOCAL)
 PUBLISHERS = (("status_pub", MemoryStatus, "memory_status", STATUS_QOS), ("ack_pub", Header, "frame_acks", ACK_QOS),
-              ("watch_pub", WatchEvent, "watch_events", EVENT_QOS))
+              ("watch_pub", WatchEvent, "watch_events", EVENT_QOS), ("shown_pub", CompressedImage, "~/shown", SHOWN_QOS))
 
 
 class StreamCacheNode(LifecycleNode):
@@ -179,14 +183,16 @@ class StreamCacheNode(LifecycleNode):
             f"diagnostics via {self.diagnostics.backend}")
 
     def _log_archive(self, session, folder: str) -> None:
-        """What opening the archive (build_session, one folder per node) mended, and what it kept."""
+        """What opening the archive (build_session, one folder per node) mended, and where it is: one
+        INFO line either way, since the archive is on by default and a new one is otherwise silent."""
         if not folder:
+            self.get_logger().info(f"archive off (archive_path '{self.values['archive_path']}')")
             return
         for warning in session.archive_warnings():
             self.get_logger().warning(warning)
-        kept = session.status().archive.chunks
-        if kept:
-            self.get_logger().info(f"archive {folder}: {kept} chunk(s) kept from before")
+        held = session.status().archive
+        self.get_logger().info(f"archive: {held.path or folder} ({held.chunks} chunk(s) kept from before, "
+                               f"{held.file_bytes / 2**20:.1f} MiB on disk; bound {held.max_bytes / 2**20:.0f} MiB)")
 
     def _make_parts(self, session, info, values: dict, topics: dict[str, str], snapshots: SnapshotKeeper,
                     folder: str) -> None:
@@ -199,7 +205,7 @@ class StreamCacheNode(LifecycleNode):
                                ImageConverter(int(values["max_image_pixels"])), self.diagnostics, pubs["ack_pub"],
                                self._stopping, sample_fps, self._after_chunk, lambda: self.status.refresh())
         self.time_questions = TimeQuestions(session, pubs["watch_pub"], self.cameras.key, name, logger,
-                                            self._is_active, lambda: self.status.refresh())
+                                            self._is_active, lambda: self.status.refresh(), pubs["shown_pub"])
         self.standing = StandingQuestions(
             self.time_questions, lambda: list(self.get_parameter("watch_questions").value),
             lambda questions: self.set_parameters([Parameter("watch_questions", Parameter.Type.STRING_ARRAY,

@@ -17,7 +17,7 @@ from rclpy.exceptions import InvalidParameterTypeException, InvalidParameterValu
 from rclpy.parameter import Parameter
 from rclpy.validate_topic_name import validate_topic_name
 
-from ..engine.errors import ConfigError
+from ..engine.errors import ConfigError, StreamCacheError
 from ..engine.parameters import ParameterInfo, engine_parameters, setting_parameters
 from .image_conversion import DEFAULT_MAX_PIXELS
 from .snapshots import DEFAULT_ARCHIVE, default_snapshot_dir
@@ -54,8 +54,8 @@ NODE_SPECS: dict[str, Spec] = {
     # the engine's archive_path, with the node's own default: one folder per node
     "archive_path": Spec(DEFAULT_ARCHIVE, "The archive (docs/archive.md): every chunk also kept on disk, recalled by "
                                           "questions that reach past the working memory, kept across restarts; a "
-                                          "folder, '' = off, 'default' = <ROS home>/streamcache/archive/<the node's "
-                                          "full name>, one per node"),
+                                          "folder, '' or 'off' = off, 'default' = <ROS home>/streamcache/archive/"
+                                          "<the node's full name>, one per node"),
     "watch_questions": Spec([], "Standing yes/no questions, each asked over the window of every chunk just encoded; "
                                 "every answer is published on watch_events (WatchEvent)", runtime=True),
 }
@@ -96,6 +96,11 @@ def declared_type(name: str, spec: Spec) -> Parameter.Type:
     return Parameter.Type.from_parameter_value(value)
 
 
+# Words a string parameter takes that ROS reads as YAML 1.1 booleans: `-p archive_path:=off` reaches
+# the node as bool false, meaning no archive (docs/interfaces.md "Parameters")
+BOOL_WORDS = {("archive_path", False): "off"}
+
+
 def as_declared(param: Parameter, kind: Parameter.Type) -> Parameter:
     """``param`` in its declared type where that loses nothing: an integer for a double (``ros2 param
     set … sample_fps 1``, ``sample_fps: 1`` in a YAML), integers for doubles, and an empty array of any
@@ -103,6 +108,8 @@ def as_declared(param: Parameter, kind: Parameter.Type) -> Parameter:
     value, got = param.value, param.type_
     if got == kind:
         return param
+    if kind == Parameter.Type.STRING and got == Parameter.Type.BOOL and (param.name, value) in BOOL_WORDS:
+        return Parameter(param.name, kind, BOOL_WORDS[(param.name, value)])
     if kind == Parameter.Type.DOUBLE and got == Parameter.Type.INTEGER:
         return Parameter(param.name, kind, float(value))
     if kind.name.endswith("_ARRAY") and (got == Parameter.Type.NOT_SET or got.name.endswith("_ARRAY") and len(value) == 0):
@@ -243,12 +250,28 @@ def validate_node_params(values: dict[str, Any]) -> None:
     check_watch_questions(values.get("watch_questions", []))
 
 
-def check_watch_questions(questions) -> list[str]:
-    """watch_questions: a list of non-empty strings (checked at configure and on a runtime change)."""
+# Standing questions asked at once, at most: each is a row of every chunk's pass and a key of every
+# archived chunk's noted answers, so the list is bounded as a chunk's cost is (docs/interfaces.md
+# "Standing questions")
+MAX_WATCH_QUESTIONS = 16
+
+
+def check_watch_questions(questions, session=None) -> list[str]:
+    """watch_questions: at most MAX_WATCH_QUESTIONS non-empty strings (checked at configure and on a
+    runtime change); with ``session``, each one a question `when` takes (Session.check_yes_no_question:
+    yes/no, in the model's words, no longer than Ask's limit)."""
     if not isinstance(questions, (list, tuple)) or any(not isinstance(q, str) for q in questions):
         raise ConfigError("watch_questions", "must be a list of strings (questions)")
     if any(not q.strip() for q in questions):
         raise ConfigError("watch_questions", "has an empty question")
+    if len(questions) > MAX_WATCH_QUESTIONS:
+        raise ConfigError("watch_questions", f"has {len(questions)} questions: at most {MAX_WATCH_QUESTIONS} stand "
+                                             "at once; remove one first")
+    for question in questions if session is not None else ():
+        try:
+            session.check_yes_no_question(question)
+        except StreamCacheError as err:
+            raise ConfigError("watch_questions", f"not a standing question: {err}") from None
     return [str(q) for q in questions]
 
 

@@ -67,7 +67,14 @@ class Questions:
             return refuse(f"internal error: {type(err).__name__}: {err}"), False
         self.status.refresh()
         now_s = self.clock.now().nanoseconds * 1e-9
-        return translate.fill_answer(result, answer, now_s), answer.cancelled
+        translate.fill_answer(result, answer, now_s)
+        if getattr(request, "with_images", False) and answer.evidence:  # false: nothing read (docs/show.md)
+            try:
+                translate.fill_images(result, self.session.thumbnails_at([e.stamp for e in answer.evidence],
+                                                                         [e.camera for e in answer.evidence]))
+            except Exception as err:  # noqa: BLE001 - the answer stands without its pictures
+                self.log.warning(f"evidence images not read: {type(err).__name__}: {err}")
+        return result, answer.cancelled
 
     def on_ask(self, request, response):
         response, _ = self.answer(request, response)

@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass
 
 from ..engine.errors import ConfigError, SnapshotError
+from ..engine.parameters import archive_off
 
 
 def ros_home() -> str:
@@ -25,8 +26,10 @@ def ros_home() -> str:
 
 
 def archive_folder(value: str, node_name: str) -> str:
-    """The archive's folder for the parameter ``value``: '' (off) as it is; "default" is
+    """The archive's folder for the parameter ``value``: '' when off ('' or 'off'); "default" is
     ``<ROS home>/streamcache/archive/<the node's full name>``, so two nodes never share one."""
+    if archive_off(value):
+        return ""
     if value != DEFAULT_ARCHIVE:
         return os.path.expanduser(value)
     return os.path.join(ros_home(), "streamcache", "archive", node_name.strip("/").replace("/", "__"))

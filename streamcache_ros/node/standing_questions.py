@@ -19,7 +19,6 @@ import threading
 from typing import Callable
 
 from rcl_interfaces.msg import SetParametersResult
-from rclpy.parameter import Parameter
 
 from ..engine.errors import StreamCacheError
 

@@ -28,6 +28,23 @@ EVENT_QOS = QoSProfile(history=QoSHistoryPolicy.KEEP_LAST, depth=200, reliabilit
                        durability=QoSDurabilityPolicy.VOLATILE)
 
 
+def timeline_peaks(stamps, probabilities, count: int = 4, threshold: float = 0.5) -> list[float]:
+    """The stamps a timeline's picture shows: the middle frame of each run of P(yes) >= ``threshold``
+    (the ``count`` runs of highest P(yes)), in time order; the single most likely frame when no run
+    reaches it (docs/show.md)."""
+    stamps, probabilities = list(stamps), [float(p) for p in probabilities]
+    runs, start = [], None
+    for i, p in enumerate(probabilities + [-1.0]):
+        if p >= threshold and start is None:
+            start = i
+        elif p < threshold and start is not None:
+            runs.append((max(probabilities[start:i]), stamps[(start + i - 1) // 2]))
+            start = None
+    if not runs:
+        return [stamps[max(range(len(stamps)), key=probabilities.__getitem__)]] if stamps else []
+    return sorted(stamp for _, stamp in sorted(runs, key=lambda r: -r[0])[:count])
+
+
 class TimeQuestions:
     """Serves `when` and asks the standing questions over ``session``. Given ``watch_pub``
     (watch_events), ``camera_key`` (a camera as asked for -> its resolved topic), the node's ``name``
@@ -35,9 +52,10 @@ class TimeQuestions:
     memory's status."""
 
     def __init__(self, session, watch_pub, camera_key: Callable[[str], str], name: str, logger,
-                 is_active: Callable[[], bool], changed: Callable[[], None]):
+                 is_active: Callable[[], bool], changed: Callable[[], None], shown_pub=None):
         self.session = session
         self.watch_pub = watch_pub
+        self.shown_pub = shown_pub  # ~/shown: the frame each `when` found (docs/show.md)
         self.camera_key = camera_key
         self.name = name
         self.log = logger
@@ -56,7 +74,7 @@ class TimeQuestions:
     def set_watch_questions(self, questions) -> None:
         """The standing questions from now on (configure, and a runtime ``watch_questions`` change);
         a question no longer asked forgets its previous answers."""
-        questions = params.check_watch_questions(list(questions))
+        questions = params.check_watch_questions(list(questions), self.session)
         with self._watch_lock:
             self._watch_questions = questions
             self._last_answers = {k: v for k, v in self._last_answers.items() if k[0] in questions}
@@ -80,7 +98,34 @@ class TimeQuestions:
             return response
         finally:
             self.changed()
-        return translate.fill_when(response, found)
+        translate.fill_when(response, found)
+        self._show(request, response, found)
+        return response
+
+    def _show(self, request, response, found) -> None:
+        """The found frame's thumbnail into the response (with_images; for a timeline, its peaks'),
+        and onto ~/shown when someone subscribes; neither reads the archive when nobody asked
+        (docs/show.md)."""
+        wanted = bool(getattr(request, "with_images", False))
+        try:
+            showing = self.shown_pub is not None and self.shown_pub.get_subscription_count() > 0
+        except Exception:  # noqa: BLE001 - destroyed at cleanup or shutdown: nothing to show to
+            showing = False
+        stamps = [found.stamp] if found.found else []
+        if wanted and (request.mode or "last") == "timeline":
+            stamps = timeline_peaks(found.timeline_stamps, found.timeline_yes_probability)
+        if not stamps or not (wanted or showing):
+            return
+        try:
+            thumbnails = self.session.thumbnails_at(stamps, [found.camera] * len(stamps))
+        except Exception as err:  # noqa: BLE001 - the answer stands without its pictures
+            self.log.warning(f"the frames `when` found were not read: {type(err).__name__}: {err}")
+            return
+        if wanted:
+            translate.fill_images(response, thumbnails)
+        shown = [t for t in thumbnails if t is not None and (not found.found or abs(t.stamp - found.stamp) < 1e-3)]
+        if showing and found.found and shown:
+            publish_quietly(self.shown_pub, translate.compressed_image(shown[0]))
 
     def ask_standing(self, report: ChunkReport) -> None:
         """The standing questions over the chunk just encoded; one WatchEvent per answer."""
@@ -109,10 +154,11 @@ class TimeQuestions:
                                                                       previous != answer.answer))
 
 
-def watch_questions_refusal(value) -> str:
-    """Why a runtime ``watch_questions`` value cannot be taken ('' = it can)."""
+def watch_questions_refusal(value, session=None) -> str:
+    """Why a runtime ``watch_questions`` value cannot be taken ('' = it can): with ``session``, each
+    question is checked as add_watch_question checks it."""
     try:
-        params.check_watch_questions(list(value))
+        params.check_watch_questions(list(value), session)
     except (ConfigError, TypeError) as err:
         return str(err)
     return ""

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from builtin_interfaces.msg import Time
+from sensor_msgs.msg import CompressedImage
 from streamcache_ros_interfaces.msg import FrameRetention, MemoryStatus, WatchEvent
 
 from ..engine.status import Answer, MemoryCounts, MemoryTimeline, SessionStatus, WatchAnswer, WhenAnswer
@@ -48,6 +49,7 @@ def memory_status(status: SessionStatus, cameras: dict[str, CameraSnapshot], sta
         msg.archive_chunks, msg.archive_bytes = archive.chunks, archive.bytes
         msg.archive_oldest_stamp = seconds_to_time(archive.oldest_stamp)
         msg.archive_newest_stamp = seconds_to_time(archive.newest_stamp)
+        msg.chunks_not_archived, msg.archive_holes = archive.not_archived, archive.holes
     if chunk is not None:
         msg.encode_ms, msg.prefill_ms, msg.compress_ms = chunk.encode_ms, chunk.prefill_ms, chunk.compress_ms
     msg.last_ttft_ms = status.last_ttft_ms
@@ -108,7 +110,28 @@ def fill_answer(result, answer: Answer, now_s: float):
     result.searched_since = seconds_to_time(answer.searched_since)
     result.evicted_before = bool(answer.evicted_before)
     result.frames_in_window = int(answer.frames_in_window)
+    fill_holes(result, answer.holes)
     return result
+
+
+def fill_holes(reply, holes) -> None:
+    """A reply's hole_* fields (docs/archive.md "Holes"), oldest first."""
+    reply.hole_since = [seconds_to_time(h.since) for h in holes]
+    reply.hole_until = [seconds_to_time(h.until) for h in holes]
+    reply.hole_reasons = [h.reason for h in holes]
+
+
+def fill_images(reply, thumbnails) -> None:
+    """A reply's evidence_images from archive thumbnails (None entries left out: a frame the archive
+    no longer holds): header.stamp the frame's stamp, frame_id its camera, as rqt and Foxglove read it."""
+    reply.evidence_images = [compressed_image(t) for t in thumbnails if t is not None]
+
+
+def compressed_image(thumbnail) -> CompressedImage:
+    msg = CompressedImage(format="jpeg", data=bytes(thumbnail.jpeg))
+    msg.header.stamp = seconds_to_time(thumbnail.stamp)
+    msg.header.frame_id = thumbnail.camera
+    return msg
 
 
 def fill_timeline(response, timeline: MemoryTimeline):
@@ -118,6 +141,7 @@ def fill_timeline(response, timeline: MemoryTimeline):
     response.frames = [FrameRetention(stamp=seconds_to_time(f.stamp), camera=f.camera, unit=f.unit,
                                       layer_kept=[float(x) for x in f.layer_kept],
                                       bank_kept=[float(x) for x in f.bank_kept]) for f in timeline.frames]
+    fill_holes(response, timeline.holes)
     return response
 
 
@@ -140,6 +164,8 @@ def fill_when(response, found: WhenAnswer):
     response.index_candidates = int(found.index_candidates)
     response.recalled_chunks = int(found.recalled_chunks)
     response.frames_in_window = int(found.frames_in_window)
+    response.may_lie_in_hole = bool(found.may_lie_in_hole)
+    fill_holes(response, found.holes)
     return response
 
 

@@ -112,7 +112,7 @@ class RuntimeTuning:
         """Why ``name`` cannot take ``value`` now ('' = it can)."""
         specs = params.all_specs()
         if name == "watch_questions":
-            return watch_questions_refusal(value)
+            return watch_questions_refusal(value, self.session)
         if name not in specs or (specs[name].runtime and name != "budget_tokens"):
             return ""  # not ours (use_sim_time, qos_overrides.*), or free to change
         policy = self.info.policy

@@ -10,6 +10,12 @@ from dataclasses import dataclass
 # The kinds of answer, in the order a message names them, each with what a person calls it
 KIND_NAMES = {"colour": "a colour", "shape": "a shape", "count": "a number", "yes_no": "yes or no",
               "direction": "a direction"}
+# British and American spellings of one word: a person writes either, a model's questions were trained
+# with one, so a question is read in the spelling its model knows (docs/interfaces.md "Free-text answers")
+SPELLINGS = (("colour", "color"), ("colours", "colors"), ("coloured", "colored"), ("grey", "gray"),
+             ("greys", "grays"))
+
+
 def words_of(text: str) -> list[str]:
     """Lower-case words: letters, digits and apostrophes, every other character a space."""
     return re.sub(r"[^\w']+", " ", text.lower().replace("\u2019", "'")).split()
@@ -61,14 +67,34 @@ class AnswerVocabulary:
     def answer_kind(self, text: str) -> str:
         """The kind whose word the whole answer is (case, spaces and end punctuation aside); "" for
         anything else, another word or a sentence."""
-        said = normalised_answer(text)
+        said = normalised_answer(self.spelled(text))
         return next((kind for kind, words in self.words.items() if said in words), "")
 
     def unknownwords_of(self, question: str) -> list[str]:
         """The words of ``question`` the model's questions never used (none when not declared)."""
         if not self.question_words:
             return []
-        return list(dict.fromkeys(w for w in words_of(question) if w not in self.question_words))
+        return list(dict.fromkeys(w for w in words_of(self.spelled(question)) if w not in self.question_words))
+
+    def spelled(self, text: str) -> str:
+        """``text`` with each word the model knows in its other spelling (SPELLINGS) written in that
+        one, the first letter's case kept ("What colour ...?" -> "What color ...?"); the rest as it is."""
+        known = self.question_words.union(*self.words.values())
+        swap = {}
+        for one, other in SPELLINGS:
+            if one in known and other not in known:
+                swap[other] = one
+            elif other in known and one not in known:
+                swap[one] = other
+        if not swap or not isinstance(text, str):
+            return text
+
+        def respelled(found: re.Match) -> str:
+            word = found.group(0)
+            into = swap[word.lower()]
+            return into[:1].upper() + into[1:] if word[:1].isupper() else into
+
+        return re.sub(r"\b(" + "|".join(swap) + r")\b", respelled, text, flags=re.IGNORECASE)
 
     def describe(self) -> str:
         """What the model answers, for a message: "a colour (red, green), a number (0, 1) or yes or no"."""

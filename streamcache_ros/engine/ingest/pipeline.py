@@ -37,10 +37,12 @@ from ..status import ChunkReport, CompressionOutcome, Exchange
 class ChunkPipeline:
     def __init__(self, adapter: ModelAdapter, policy: CachePolicy, ledger: UnitLedger, config: SessionConfig,
                  keep: Callable[..., None] | None = None,
-                 index_frames: Callable[[list[np.ndarray]], np.ndarray | None] | None = None):
+                 index_frames: Callable[[list[np.ndarray]], np.ndarray | None] | None = None,
+                 thumbnail_frames: Callable[[list[np.ndarray]], list[bytes] | None] | None = None):
         self.adapter, self.policy, self.ledger, self.config = adapter, policy, ledger, config
         self.keep = keep  # called with (encoded chunk, retrieval key, chunk id, its frames) once a chunk is booked
         self.index_frames = index_frames  # the archive index's vector of each frame (None: no index)
+        self.thumbnail_frames = thumbnail_frames  # the archive's JPEG of each frame (None: none kept)
         self.guidance = GuidanceProvider(adapter)  # computes what a policy's guidance_request asks for
         self.key_layers: tuple[int, ...] = ()  # layers whose keys make a chunk's retrieval key (archive on)
         self.attempts = 0  # every chunk started, failed or not (failpoint plans count these)
@@ -127,7 +129,8 @@ class ChunkPipeline:
         frames = [frame for frame, _ in batch]
         return EncodedChunk(camera, stamps, [tuple(f) for f in inputs.unit_frames], inputs.tokens_per_unit,
                             embeds[0] if embeds.dim() == 3 else embeds, rel,
-                            self.index_frames(frames) if self.index_frames is not None else None)
+                            self.index_frames(frames) if self.index_frames is not None else None,
+                            self.thumbnail_frames(frames) if self.thumbnail_frames is not None else None)
 
     def _take_in(self, encode, source: str, clock: int) -> tuple[EncodedChunk, object, list[float]]:
         """The chunk encoded (``encode(source, clock)``) and prefilled into the cache on its camera's

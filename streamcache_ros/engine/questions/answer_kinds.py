@@ -81,23 +81,36 @@ def vocabulary_of(adapter) -> AnswerVocabulary | None:
 def check_free_text(question: str, options: list[str], vocabulary: AnswerVocabulary | None,
                     model_id: str = "the model") -> FreeText:
     """Before anything is encoded: a question without options to a model that declares its answers
-    must ask for a kind it answers; QuestionError naming what it answers otherwise. A question with
-    options, or to a model that declares nothing, is not checked (``FreeText.expected`` "")."""
+    must ask for a kind it answers, in words it knows (``check_words``); QuestionError naming what it
+    answers otherwise. A question with options, or to a model that declares nothing, is not checked
+    (``FreeText.expected`` "")."""
     if options or vocabulary is None:
         return FreeText("", None)
     expected = question_kind(question)
-    unknown = vocabulary.unknownwords_of(question)
-    if expected in vocabulary.words and not unknown:
+    if expected in vocabulary.words:
+        check_words(question, vocabulary, model_id)  # a kind it answers, maybe about things it never saw named
         return FreeText(expected, vocabulary)
-    if expected in vocabulary.words:  # a kind it answers, about things it never saw named
-        asked = f"uses words {model_id} was never asked with ({', '.join(repr(w) for w in unknown[:5])})"
-    elif expected:
-        asked = f"asks for {KIND_NAMES[expected]}, which it does not answer"
-    else:
-        asked = "does not ask for any kind of answer it knows"
+    asked = (f"asks for {KIND_NAMES[expected]}, which it does not answer" if expected else
+             "does not ask for any kind of answer it knows")
+    raise refusal(question, asked, vocabulary, model_id)
+
+
+def check_words(question: str, vocabulary: AnswerVocabulary | None, model_id: str = "the model") -> None:
+    """The one check of a question's words, the same for Ask, `when` and the standing questions: to a
+    model that declares the words its questions were trained with, a question in others is refused
+    before anything is encoded, so no path answers what another refuses (docs/interfaces.md
+    "Free-text answers"). Spelling variants the model knows count as known (AnswerVocabulary.spelled)."""
+    unknown = vocabulary.unknownwords_of(question) if vocabulary is not None else []
+    if unknown:
+        raise refusal(question, f"uses words {model_id} was never asked with "
+                                f"({', '.join(repr(w) for w in unknown[:5])})", vocabulary, model_id)
+
+
+def refusal(question: str, asked: str, vocabulary: AnswerVocabulary, model_id: str) -> QuestionError:
+    """The refusal of ``question`` (``asked``: what is wrong with it), naming what the model answers."""
     ways = ", ".join(KIND_ASKED_BY[kind] for kind in vocabulary.kinds)
     when = (" A 'When ...?' question is answered by the `when` service, from a yes/no question such as "
             "'Did you see a red circle?'." if words_of(question)[:1] == ["when"] else "")
-    raise QuestionError(f"'{question.strip()[:80]}' {asked}: {model_id} answers only {vocabulary.describe()}, "
-                        f"to questions asked as {ways} (its folder's streamcache.json, docs/world-models.md).{when} "
-                        "Nothing was encoded or forgotten")
+    return QuestionError(f"'{question.strip()[:80]}' {asked}: {model_id} answers only {vocabulary.describe()}, "
+                         f"to questions asked as {ways} (its folder's streamcache.json, docs/world-models.md).{when} "
+                         "Nothing was encoded or forgotten")

@@ -59,7 +59,14 @@ class QuestionDesk:
             should_stop: Callable[[], bool] | None = None, since: float | None = None,
             until: float | None = None, evidence_k: int | None = None) -> Answer:
         """``Session.ask``: see there."""
+        answer = self._ask(question, options, camera, max_new_tokens, on_text, should_stop, since, until, evidence_k)
+        holes = self.tier.holes_in(checks.resolved_camera(camera, self.config.cameras), checks.checked_window(since, until))
+        return dataclasses.replace(answer, holes=holes, evicted_before=answer.evicted_before or bool(holes))
+
+    def _ask(self, question, options, camera, max_new_tokens, on_text, should_stop, since, until, evidence_k) -> Answer:
         started = time.perf_counter()
+        vocabulary = answer_kinds.vocabulary_of(self.adapter)
+        question = self.as_read(question, vocabulary)
         options = [str(o) for o in options]
         camera = checks.resolved_camera(camera, self.config.cameras)
         budget = max_new_tokens or (self.config.mc_max_new_tokens if options else self.config.max_new_tokens)
@@ -69,8 +76,7 @@ class QuestionDesk:
         evidence_k = self.config.evidence_k if evidence_k is None else int(evidence_k)
         if evidence_k < 0:
             raise QuestionError(f"evidence_k must be >= 0, got {evidence_k}")
-        free_text = answer_kinds.check_free_text(question, options, answer_kinds.vocabulary_of(self.adapter),
-                                                 self.adapter.model_id)
+        free_text = answer_kinds.check_free_text(question, options, vocabulary, self.adapter.model_id)
         with self.lock.question():
             seen = self._select(camera, window, len(ids), budget)
             replay = self.tier.plan_ask(ids, camera, window, seen.clock, question)
@@ -126,13 +132,29 @@ class QuestionDesk:
     def when(self, question: str, mode: str = "last", camera: str = "", since: float | None = None,
              until: float | None = None) -> WhenAnswer:
         """``Session.when``: see there."""
+        found = self._when(question, mode, camera, since, until)
+        holes = self.tier.holes_in(checks.resolved_camera(camera, self.config.cameras), checks.checked_window(since, until))
+        mode = str(mode or "last").strip().lower()
+        if not found.found:
+            in_hole = bool(holes)
+        elif mode == "first":  # an older yes may have been in a hole before the one found
+            in_hole = any(hole.since < found.stamp for hole in holes)
+        else:
+            in_hole = any(hole.until > found.stamp for hole in holes) if mode == "last" else bool(holes)
+        return dataclasses.replace(found, holes=holes, may_lie_in_hole=in_hole,
+                                   evicted_before=found.evicted_before or bool(holes),
+                                   may_be_older=found.may_be_older or (mode == "first" and found.found and in_hole))
+
+    def _when(self, question, mode, camera, since, until) -> WhenAnswer:
         started = time.perf_counter()
         mode = str(mode or "last").strip().lower()
         if mode not in when_search.MODES:
             raise QuestionError(f"unknown mode '{mode}' (one of: {', '.join(when_search.MODES)})")
+        question = self.as_read(question)
         camera = checks.resolved_camera(camera, self.config.cameras)
         ids = self.question_ids(question, list(YES_NO), camera, 1)
         checks.check_yes_no_question(question)
+        answer_kinds.check_words(question, answer_kinds.vocabulary_of(self.adapter), self.adapter.model_id)
         window = checks.checked_window(since, until)
         with self.lock.question():
             seen = self._select(camera, window or Window(), len(ids), 1)
@@ -202,23 +224,35 @@ class QuestionDesk:
     # -- standing questions -------------------------------------------------------------------------
     def watch(self, questions: list[str], chunk: ChunkReport) -> list[WatchAnswer]:
         """``Session.watch``: see there."""
-        prompts = [self.question_ids(q, list(YES_NO), "", 1) for q in questions]
+        vocabulary = answer_kinds.vocabulary_of(self.adapter)
+        read = [self.as_read(q, vocabulary) for q in questions]  # noted as `when` will look them up
+        prompts = [self.question_ids(q, list(YES_NO), "", 1) for q in read]
         with self.lock.question():
             units = [u for u, info in self.ledger.units.items() if info.chunk == chunk.chunk_id]
             if not prompts or not units:
                 return []
             p_yes = self.runner.yes(prompts, [units] * len(prompts), self.ledger.clock(chunk.camera))
-            self.tier.note_watch(chunk.chunk_id, dict(zip(questions, p_yes)))
+            self.tier.note_watch(chunk.chunk_id, dict(zip(read, p_yes)))
         stamp = max(self.ledger.stamps(units), default=0.0)
         return [WatchAnswer(q, chunk.camera, stamp, p) for q, p in zip(questions, p_yes)]
 
     def check_yes_no_question(self, question: str) -> None:
         """QuestionError unless ``question`` could be asked by ``when`` or stand in ``watch_questions``:
-        not empty, a yes/no question, short enough with its prompt. Touches no memory."""
+        not empty, a yes/no question in words the model knows, short enough with its prompt. Touches
+        no memory."""
         limit = self.config.max_question_tokens
+        question = self.as_read(question)
         checks.check_question(question, list(YES_NO), limit)
         checks.check_yes_no_question(question)
+        answer_kinds.check_words(question, answer_kinds.vocabulary_of(self.adapter), self.adapter.model_id)
         checks.check_prompt_length(self.adapter.question_ids(question, list(YES_NO)), limit)
+
+    def as_read(self, question: str, vocabulary=False) -> str:
+        """``question`` in the spellings its model's questions were trained with ("colour" -> "color"
+        for the bundled world models; as it is for a model that declares no words): tokenised,
+        checked, looked up in the index and noted by standing questions in one spelling."""
+        vocabulary = answer_kinds.vocabulary_of(self.adapter) if vocabulary is False else vocabulary
+        return vocabulary.spelled(question) if vocabulary is not None else question
 
     # -- the parts ---------------------------------------------------------------------------------
     def rank_evidence(self, probe: AttentionMass, units: list[int] | None = None, window: Window | None = None,

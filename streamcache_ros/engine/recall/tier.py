@@ -30,8 +30,9 @@ from ..cache import CachePolicy
 from ..cache.evidence import retention
 from ..memory.ledger import UnitLedger, Window
 from ..errors import QuestionError
-from ..status import MemoryCounts, MemoryTimeline
+from ..status import Hole, MemoryCounts, MemoryTimeline
 from .archive import Archive, ArchivedChunk, EncodedChunk, question_vector
+from .archive.thumbnails import encode_all as encode_thumbnails
 from .index import FrameScores, RetrievalEncoder, best_by_chunk, rank_frames
 
 log = logging.getLogger("streamcache_ros.archive")
@@ -94,6 +95,13 @@ class MemoryTier:
             return None
         return self.encoder.embed_frames(frames)
 
+    def thumbnail_frames(self, frames: list) -> list[bytes] | None:
+        """A JPEG of each of a chunk's frames for the archive (ingest calls it); None without an archive
+        or with archive_thumbnail_px 0 (docs/show.md)."""
+        if self.archive is None:
+            return None
+        return encode_thumbnails(frames, self.archive.settings.thumbnail_px)
+
     def detach(self) -> Archive | None:
         archive, self.archive = self.archive, None
         self.archive_ids.clear()
@@ -111,7 +119,10 @@ class MemoryTier:
         chunk's frames, when it has them)."""
         if self.archive is None:
             return
-        self.archive_ids[chunk_id] = self.archive.add(chunk, key)
+        archived = self.archive.add(chunk, key)
+        if archived is None:  # the disk refused it: counted and named as a hole (archive/write_failures.py)
+            return
+        self.archive_ids[chunk_id] = archived
         parts = self.parts.get(chunk.camera)
         whole = len(chunk.stamps) >= self.chunk_frames
         if frames is not None and self.encode_whole is not None and (parts or not whole):
@@ -135,12 +146,13 @@ class MemoryTier:
         if self.archive is not None and chunk_id in self.archive_ids:
             self.archive.note_watch(self.archive_ids[chunk_id], answers)
 
-    def clear(self) -> None:
-        """Forget the archive's chunks too (the working memory is cleared by its owner)."""
-        if self.archive is not None:
-            self.archive.clear()
+    def clear(self) -> int:
+        """Forget the archive's chunks too (the working memory is cleared by its owner); returns the
+        archived chunks deleted."""
+        deleted = self.archive.clear() if self.archive is not None else 0
         self.archive_ids.clear()
         self.parts.clear()
+        return deleted
 
     # -- the working memory -----------------------------------------------------------------------
     def counts(self, units=None, window: Window | None = None) -> MemoryCounts:
@@ -180,7 +192,7 @@ class MemoryTier:
         layer_tokens, layer_rows, bank_tokens, bank_rows = retention(self.policy.layer_stores(), self.ledger.next_unit)
         frames = self.ledger.timeline(layer_tokens, layer_rows, bank_tokens, bank_rows, camera)
         banks = [bank_names[b] if b < len(bank_names) else str(b) for b in sorted(bank_tokens)]
-        return MemoryTimeline(self.policy.name, len(layer_rows), banks, frames)
+        return MemoryTimeline(self.policy.name, len(layer_rows), banks, frames, self.holes_in(camera, None))
 
     # -- planning a question -----------------------------------------------------------------------
     def plan_ask(self, ids: list[int], camera: str, window: Window | None, clock: int | None,
@@ -315,6 +327,12 @@ class MemoryTier:
     def holds(self, window: Window | None, camera: str = "") -> bool:
         """Whether the archive holds a frame of ``window`` (of ``camera`` when given)."""
         return self.archive is not None and self.archive.holds(*(window or Window()).bounds(), camera)
+
+    def holes_in(self, camera: str, window: Window | None) -> list[Hole]:
+        """The archive's holes overlapping ``window`` (of ``camera``), oldest first; none without it."""
+        if self.archive is None:
+            return []
+        return [Hole(*hole) for hole in self.archive.holes(*(window or Window()).bounds(), camera)]
 
     def reads_archive(self, window: Window | None) -> bool:
         """Whether a question over ``window`` (None: none) could read the archive: with one

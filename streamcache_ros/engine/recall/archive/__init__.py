@@ -10,6 +10,7 @@ it for windows and for the chunks most relevant to a question (docs/archive.md).
 """
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import dataclass
 
@@ -19,8 +20,13 @@ from .chunk_store import ChunkStore
 from .keys import chunk_key, question_vector, relevance, unit_keys
 from .plan import question_plan, window_plan
 from .record import ArchivedChunk, EncodedChunk
+from .write_failures import WRITE_ERRORS, WriteFailures
 from .store import DB_NAME, LOCK_NAME, ArchiveStore
+from .thumbnails import DEFAULT_THUMBNAIL_PX, Thumbnail
 
+log = logging.getLogger("streamcache_ros.archive")
+# a camera's gap after a restart longer than this (and than a few of its frames) was the node down
+DOWN_GAP_S, DOWN_GAP_FRAMES = 2.0, 3
 DEFAULT_MAX_BYTES = 1 << 30  # 1 GiB: a day of the bundled model is about 0.1 GiB (docs/archive.md "The store")
 
 
@@ -35,26 +41,66 @@ class ArchiveSettings:
     max_replay_chunks: int = 64  # one short replay: 512 frames at 8 a chunk, well inside the models' range
     dtype: str = "float16"  # of the stored embeddings; "float32" is exact
     buffer_bytes: int = 32 << 20  # the newest chunks' payloads kept in RAM
+    sync: str = "normal"  # archive_sync: "full" syncs every commit (docs/archive.md "Durability")
+    # every frame's JPEG at this longest side, counted in max_bytes; 0 = none (docs/show.md)
+    thumbnail_px: int = DEFAULT_THUMBNAIL_PX
 
 
 class Archive:
     def __init__(self, settings: ArchiveSettings, store: ChunkStore):
         self.settings, self.store = settings, store
+        self.failures = WriteFailures()
+        self._newest_at_open = store.newest_stamps()  # each camera's, for the hole a restart leaves
 
     @classmethod
     def open(cls, settings: ArchiveSettings, identity: dict, cameras: tuple[str, ...] = (), owner: str = "",
              opener=ArchiveStore.open) -> "Archive":
         """The archive in ``settings.path``; ``opener`` opens its ChunkStore (default: SQLite)."""
         store = opener(settings.path, identity, cameras, owner, settings.dtype, settings.max_bytes,
-                       settings.buffer_bytes)
+                       settings.buffer_bytes, settings.sync)
         return cls(settings, store)
 
     @property
     def warnings(self) -> list[str]:
         return self.store.warnings
 
-    def add(self, chunk: EncodedChunk, key: np.ndarray | None) -> int:
-        return self.store.append(chunk, key)
+    def add(self, chunk: EncodedChunk, key: np.ndarray | None) -> int | None:
+        """The chunk's id in the archive, or None when the disk refused it (counted, warned about
+        once per episode, and named as a hole once a write succeeds: write_failures.py)."""
+        try:
+            chunk_id = self.store.append(chunk, key)
+        except WRITE_ERRORS as err:
+            self.failures.failed(chunk, err, self.store.stats()["disk_free_bytes"] if self.store.db else 0)
+            return None
+        self._mark_restart_gap(chunk)
+        for camera, since, until, chunks in self.failures.resumed():
+            self._note_hole(camera, since, until, "disk", chunks)
+        return chunk_id
+
+    def _mark_restart_gap(self, chunk: EncodedChunk) -> None:
+        """The first chunk of a camera after the archive opened: a gap since that camera's newest
+        archived stamp longer than a few frames is the time the node was down, a hole."""
+        newest = self._newest_at_open.pop(chunk.camera, None)
+        if newest is None:
+            return
+        stamps = sorted(chunk.stamps)
+        spacing = (stamps[-1] - stamps[0]) / (len(stamps) - 1) if len(stamps) > 1 else 0.0
+        if stamps[0] - newest > max(DOWN_GAP_S, DOWN_GAP_FRAMES * spacing):
+            self._note_hole(chunk.camera, newest, stamps[0], "down", 0)
+
+    def _note_hole(self, camera: str, since: float, until: float, reason: str, chunks: int) -> None:
+        try:
+            self.store.note_hole(camera, since, until, reason, chunks)
+        except WRITE_ERRORS as err:  # the disk refuses again: the next episode names it
+            log.warning("archive: a hole (%s %.2f..%.2f s of '%s') could not be written: %s", reason, since, until,
+                        camera, err)
+
+    def holes(self, since: float = -math.inf, until: float = math.inf, camera: str = "") -> list[tuple]:
+        """(camera, since, until, reason, chunks) of the holes overlapping since..until, oldest
+        first: those written, and the chunks not written in the episode still going on."""
+        pending = [(c, a, b, "disk", n) for c, a, b, n in self.failures.pending()
+                   if b >= since and a <= until and (not camera or c == camera)]
+        return sorted(self.store.holes(since, until, camera) + pending, key=lambda hole: hole[1])
 
     def holds(self, since: float = -math.inf, until: float = math.inf, camera: str = "") -> bool:
         """Whether a chunk with a frame stamped inside since..until (of ``camera``) is archived."""
@@ -67,7 +113,11 @@ class Archive:
         return self.store.frames_between(since, until, camera)
 
     def note_watch(self, chunk_id: int, answers: dict[str, float]) -> None:
-        self.store.note_watch(chunk_id, answers)
+        try:
+            self.store.note_watch(chunk_id, answers)
+        except WRITE_ERRORS as err:  # the answers are lost, not the chunk: a when then replays it
+            if not self.failures.in_episode:
+                log.warning("archive: standing answers of chunk %d not written: %s", chunk_id, err)
 
     def replace(self, chunk_ids: list[int], chunk: EncodedChunk, key: np.ndarray | None) -> int:
         """``chunk`` in place of the chunks ``chunk_ids`` (its parts), in one transaction."""
@@ -164,14 +214,26 @@ class Archive:
         return stats["oldest_stamp"] if stats["chunks"] else None
 
     def stats(self) -> dict:
-        return self.store.stats()
+        return {**self.store.stats(), "not_archived": self.failures.not_archived,
+                "failing": self.failures.in_episode}
 
-    def clear(self) -> None:
-        self.store.clear()
+    def thumbnails_at(self, stamps: list[float], cameras: list[str] | None = None) -> list[Thumbnail | None]:
+        """The archived thumbnail of each frame stamped ``stamps[i]`` (of ``cameras[i]``), None where none."""
+        return self.store.thumbnails_at(stamps, cameras)
+
+    def thumbnails_between(self, since: float = -math.inf, until: float = math.inf,
+                           camera: str = "") -> list[Thumbnail]:
+        return self.store.thumbnails_between(since, until, camera)
+
+    def clear(self) -> int:
+        """Forget every archived chunk and hole; returns the chunks deleted."""
+        self._newest_at_open = {}
+        return self.store.clear()
 
     def close(self) -> None:
         self.store.close()
 
 
 __all__ = ["Archive", "ArchiveSettings", "ArchiveStore", "ArchivedChunk", "ChunkStore", "DB_NAME", "DEFAULT_MAX_BYTES",
-           "EncodedChunk", "LOCK_NAME", "chunk_key", "question_vector", "relevance", "unit_keys"]
+           "DEFAULT_THUMBNAIL_PX", "EncodedChunk", "LOCK_NAME", "Thumbnail", "chunk_key", "question_vector", "relevance",
+           "unit_keys"]

@@ -28,6 +28,8 @@ class EncodedChunk:
     embeds: torch.Tensor  # [tokens, hidden]
     rel_positions: torch.Tensor  # [axes, tokens], relative to the chunk's start
     frame_vectors: np.ndarray | None = None  # [frames, dim]: the index's vector of each frame, unit length
+    # one JPEG per frame (b"" for none), what a person is shown (thumbnails.py); None: thumbnails off
+    thumbnails: list[bytes] | None = None
 
     @property
     def num_units(self) -> int:

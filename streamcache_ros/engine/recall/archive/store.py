@@ -28,14 +28,20 @@ from collections.abc import Iterator
 
 import numpy as np
 
+from ... import failpoints
 from ...errors import ArchiveError
 from .index_cache import IndexCache
 from .record import ArchivedChunk, EncodedChunk, STORE_DTYPES, pack_tensor, unpack_tensor
+from .salvage import salvaged_rows
+from .thumbnails import Thumbnail, frame_near, frames_between
+from .thumbnails import pack as pack_thumbnails
 
 FORMAT = 1
 DB_NAME = "archive.sqlite"
 LOCK_NAME = "archive.lock"
 WAL_LIMIT_BYTES = 4 << 20
+DAMAGED_COPIES = 2  # damaged files kept for a person to look at: the newest ones, counted apart from the bound
+SYNC_MODES = ("normal", "full")  # archive_sync (docs/archive.md "Durability")
 log = logging.getLogger("streamcache_ros.archive")
 
 SCHEMA = """
@@ -58,11 +64,22 @@ CREATE TABLE IF NOT EXISTS chunks (
     pinned INTEGER NOT NULL DEFAULT 0, -- the first chunk of its camera: kept past the bound
     bytes INTEGER NOT NULL,
     frame_vectors BLOB,                -- float16 [frames, dim]: the index (docs/archive.md "The index")
-    vectors_shape TEXT
+    vectors_shape TEXT,
+    thumbnails BLOB,                   -- every frame's JPEG, concatenated (docs/show.md)
+    thumbnail_sizes TEXT               -- JSON: each frame's JPEG byte count, 0 for none
 );
 CREATE INDEX IF NOT EXISTS chunks_by_stamp ON chunks (last_stamp);
 -- rows come oldest first: the first of a span (holds, the oldest stamp) without sorting a day
 CREATE INDEX IF NOT EXISTS chunks_in_order ON chunks (first_stamp, id);
+-- spans where frames were seen and are held nowhere (docs/archive.md "Holes")
+CREATE TABLE IF NOT EXISTS holes (
+    id INTEGER PRIMARY KEY,
+    camera TEXT NOT NULL,
+    since REAL NOT NULL,               -- the last stamp held before the hole (or the hole's first)
+    until REAL NOT NULL,               -- the first stamp held after it (or the hole's last)
+    reason TEXT NOT NULL,              -- bound | disk | down
+    chunks INTEGER NOT NULL DEFAULT 0  -- chunks lost in it (0: unknown, the node was down)
+);
 """
 ROW_COLUMNS = "id, camera, first_stamp, last_stamp, stamps, unit_frames, tokens_per_unit, pinned, bytes, watch"
 INDEX_META = "index_model"  # which dual encoder made the frame vectors: another one's cannot be compared
@@ -76,7 +93,10 @@ class ChunkBuffer:
         self.max_bytes, self.bytes = int(max_bytes), 0
         self.items: OrderedDict[int, tuple[EncodedChunk, int]] = OrderedDict()
 
-    def put(self, chunk_id: int, chunk: EncodedChunk, size: int) -> None:
+    def put(self, chunk_id: int, chunk: EncodedChunk) -> None:
+        # the bytes held in RAM, not the row's bytes on disk: the buffer keeps float32 tensors
+        size = int(chunk.embeds.nelement() * chunk.embeds.element_size()
+                   + chunk.rel_positions.nelement() * chunk.rel_positions.element_size())
         if size > self.max_bytes:
             return
         self.items[chunk_id] = (chunk, size)
@@ -116,7 +136,8 @@ class ArchiveStore:
     # -- opening ----------------------------------------------------------------------------------
     @classmethod
     def open(cls, folder: str | os.PathLike, identity: dict, cameras: tuple[str, ...] = (), owner: str = "",
-             dtype: str = "float16", max_bytes: int = 1 << 30, buffer_bytes: int = 32 << 20) -> "ArchiveStore":
+             dtype: str = "float16", max_bytes: int = 1 << 30, buffer_bytes: int = 32 << 20,
+             sync: str = "normal") -> "ArchiveStore":
         """Open (or create) the archive in ``folder``. ArchiveError, with nothing changed, when the
         folder cannot be made, another process holds the archive, or it was written by another
         model (``identity``) or holds cameras not in ``cameras`` (when given)."""
@@ -124,9 +145,12 @@ class ArchiveStore:
             raise ArchiveError(f"archive dtype must be one of {', '.join(STORE_DTYPES)}, got '{dtype}'")
         if int(max_bytes) < 1:
             raise ArchiveError(f"archive_max_bytes must be >= 1, got {max_bytes}")
+        if sync not in SYNC_MODES:
+            raise ArchiveError(f"archive_sync must be one of {', '.join(SYNC_MODES)}, got '{sync}'")
         folder = pathlib.Path(folder).expanduser()
         try:
-            folder.mkdir(parents=True, exist_ok=True)
+            # what the robot saw is private: the folder is the owner's alone, as snapshot_dir is
+            folder.mkdir(mode=0o700, parents=True, exist_ok=True)
         except OSError as err:
             raise ArchiveError(f"archive_path '{folder}' cannot be used as a folder: {err.strerror or err}") from None
         if not folder.is_dir():
@@ -134,18 +158,27 @@ class ArchiveStore:
         lock_file = _take_lock(folder, owner)
         try:
             warnings: list[str] = []
-            db = _connect(folder / DB_NAME, warnings)
+            db = _connect(folder / DB_NAME, warnings, sync)
             _check_identity(db, folder, identity, cameras, dtype)
+            _keep_damaged_copies(folder, DAMAGED_COPIES)
             return cls(folder, db, lock_file, dtype, max_bytes, buffer_bytes, warnings)
         except BaseException:
             lock_file.close()  # releases the lock: a refused open leaves the archive to others
             raise
 
     def close(self) -> None:
+        """Closed as one file: the write-ahead log folded back and cut to nothing, so a copy of
+        ``archive.sqlite`` alone holds every chunk (docs/archive.md "Durability")."""
         if getattr(self, "reader", None) is not None:
             self.reader.close()
             self.reader = None
         if self.db is not None:
+            failpoints.hit("archive", step="checkpoint")
+            try:
+                self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+            except sqlite3.Error as err:  # a full disk: the log stays beside the file, still committed
+                log.warning("archive: the write-ahead log could not be folded back at close (%s): keep "
+                            "archive.sqlite-wal beside archive.sqlite when copying the archive", err)
             self.db.close()
             self.db = None
         if self._lock_file is not None:
@@ -176,7 +209,10 @@ class ArchiveStore:
         if chunk.frame_vectors is not None:
             vectors16 = np.asarray(chunk.frame_vectors, dtype=np.float16)
             vectors_blob, vectors_shape = vectors16.tobytes(), json.dumps(list(vectors16.shape))
-        size = len(embeds) + len(positions) + (len(key_blob) if key_blob else 0) + len(vectors_blob or b"")
+        thumbs_blob, thumbs_sizes = pack_thumbnails(chunk.thumbnails)
+        # the thumbnails count in the bound: archive_max_bytes bounds what is on disk (docs/show.md)
+        size = (len(embeds) + len(positions) + (len(key_blob) if key_blob else 0) + len(vectors_blob or b"")
+                + len(thumbs_blob or b""))
         freed, watch = 0, {}
         with self.db:  # the chunk and its index entry in one transaction: never one without the other
             pinned = self.db.execute("SELECT 1 FROM chunks WHERE camera = ? LIMIT 1", (chunk.camera,)).fetchone() is None
@@ -191,11 +227,13 @@ class ArchiveStore:
             cursor = self.db.execute(
                 "INSERT INTO chunks (camera, first_stamp, last_stamp, stamps, unit_frames, tokens_per_unit, embeds, "
                 "embeds_shape, positions, positions_shape, retrieval_key, key_shape, pinned, bytes, frame_vectors, "
-                "vectors_shape, watch) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "vectors_shape, watch, thumbnails, thumbnail_sizes) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
+                "?, ?, ?)",
                 (chunk.camera, min(chunk.stamps), max(chunk.stamps), json.dumps(chunk.stamps),
                  json.dumps([list(u) for u in chunk.unit_frames]), chunk.tokens_per_unit, embeds, embeds_shape,
                  positions, positions_shape, key_blob, key_shape, int(pinned), size, vectors_blob, vectors_shape,
-                 json.dumps(watch)))
+                 json.dumps(watch), thumbs_blob, thumbs_sizes))
+            failpoints.hit("archive", step="insert")
         chunk_id = int(cursor.lastrowid)
         self._held_bytes += size - freed
         for part in replacing:
@@ -203,8 +241,9 @@ class ArchiveStore:
             if self._index is not None:
                 self._index.drop(part)
         # the buffer holds what the disk holds (the store's dtype), so a recall is the same from either
-        stored = dataclasses.replace(chunk, embeds=unpack_tensor(embeds, embeds_shape, self.dtype), frame_vectors=None)
-        self.buffer.put(chunk_id, stored, size)
+        stored = dataclasses.replace(chunk, embeds=unpack_tensor(embeds, embeds_shape, self.dtype), frame_vectors=None,
+                                     thumbnails=None)  # recall never reads them: not held in RAM
+        self.buffer.put(chunk_id, stored)
         if self._index is not None:
             self._index.add(chunk_id, chunk.camera, chunk.stamps,
                             None if vectors_blob is None else np.frombuffer(vectors_blob, np.float16).reshape(
@@ -228,31 +267,78 @@ class ArchiveStore:
     def _keep_within_bound(self) -> None:
         if self._held_bytes <= self.max_bytes:
             return
-        dropped = []
+        dropped, held = [], self._held_bytes
         with self.db:
-            for chunk_id, size in self.db.execute("SELECT id, bytes FROM chunks WHERE pinned = 0 ORDER BY id").fetchall():
-                if self._held_bytes <= self.max_bytes:
+            for chunk_id, size, camera, first, last in self.db.execute(
+                    "SELECT id, bytes, camera, first_stamp, last_stamp FROM chunks WHERE pinned = 0 ORDER BY id").fetchall():
+                if held <= self.max_bytes:
                     break
                 self.db.execute("DELETE FROM chunks WHERE id = ?", (chunk_id,))
-                self._held_bytes -= size
+                # the hole runs to the next frame still held, so the next chunk dropped grows it
+                after = self.db.execute("SELECT MIN(first_stamp) FROM chunks WHERE camera = ? AND first_stamp > ?",
+                                        (camera, last)).fetchone()[0]
+                self._note_hole(camera, first, last if after is None else after, "bound", 1)
+                failpoints.hit("archive", step="bound")
+                held -= size
                 dropped.append(chunk_id)
+        self._held_bytes = held  # counted once the deletions committed
         for chunk_id in dropped:
             self.buffer.drop(chunk_id)
             if self._index is not None:
                 self._index.drop(chunk_id)
         if dropped:
-            # the freed pages go back to the file system, so the file stays near the bound
-            self.db.execute("PRAGMA incremental_vacuum")
+            _give_back_pages(self.db)
 
-    def clear(self) -> None:
-        """Forget every chunk (reset_memory); the file stays, small again."""
+    def clear(self) -> int:
+        """Forget every chunk and hole (reset_memory); the file stays, small again. Returns the
+        chunks deleted."""
         with self.db:
-            self.db.execute("DELETE FROM chunks")
-        self.db.execute("PRAGMA incremental_vacuum")
-        self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            deleted = self.db.execute("DELETE FROM chunks").rowcount
+            self.db.execute("DELETE FROM holes")
+        _give_back_pages(self.db)
+        self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
         self._held_bytes = 0
         self.buffer.clear()
         self._index = None
+        self._watched = None
+        return int(deleted)
+
+    # -- holes (docs/archive.md "Holes") -----------------------------------------------------------
+    def note_hole(self, camera: str, since: float, until: float, reason: str, chunks: int = 0) -> None:
+        """A span of ``camera`` where frames were seen and are held nowhere; one of the same reason
+        that touches it grows instead (a bound that drops chunk after chunk makes one hole)."""
+        with self.db:
+            self._note_hole(camera, since, until, reason, chunks)
+
+    def _note_hole(self, camera: str, since: float, until: float, reason: str, chunks: int) -> None:
+        row = self.db.execute("SELECT id, since, until, chunks FROM holes WHERE camera = ? AND reason = ? AND "
+                              "until >= ? AND since <= ? ORDER BY id DESC LIMIT 1",
+                              (camera, reason, float(since), float(until))).fetchone()
+        if row is None:
+            self.db.execute("INSERT INTO holes (camera, since, until, reason, chunks) VALUES (?, ?, ?, ?, ?)",
+                            (camera, float(since), float(until), reason, int(chunks)))
+        else:
+            self.db.execute("UPDATE holes SET since = ?, until = ?, chunks = ? WHERE id = ?",
+                            (min(row[1], since), max(row[2], until), row[3] + int(chunks), row[0]))
+
+    def holes(self, since: float = -math.inf, until: float = math.inf, camera: str = "") -> list[tuple]:
+        """(camera, since, until, reason, chunks) of every hole overlapping since..until (of
+        ``camera``), oldest first."""
+        query = "SELECT camera, since, until, reason, chunks FROM holes WHERE until >= ? AND since <= ?"
+        args: list = [_sql_stamp(since), _sql_stamp(until)]
+        if camera:
+            query += " AND camera = ?"
+            args.append(camera)
+        return [(c, float(a), float(b), r, int(n)) for c, a, b, r, n in self.reader.execute(query + " ORDER BY since", args)]
+
+    def newest_stamps(self) -> dict[str, float]:
+        """Each camera's newest archived stamp (a restart's hole starts there)."""
+        return {c: float(s) for c, s in self.reader.execute("SELECT camera, MAX(last_stamp) FROM chunks GROUP BY camera")}
+
+    def backup(self, destination: str | os.PathLike) -> pathlib.Path:
+        """A consistent copy of the archive at ``destination`` (a file, or a folder to put
+        archive.sqlite in) through SQLite's online backup: safe while the node writes."""
+        return backup_database(self.folder / DB_NAME, destination)
 
     # -- reading ----------------------------------------------------------------------------------
     def rows(self, since: float = -math.inf, until: float = math.inf, camera: str = "",
@@ -409,14 +495,37 @@ class ArchiveStore:
         """Chunks, bytes held (payloads), the bound, the files' bytes on disk, the free bytes of their
         file system, the oldest and newest stamps, and the folder (the fields of ArchiveStatus)."""
         count, oldest, newest = self.reader.execute("SELECT COUNT(*), MIN(first_stamp), MAX(last_stamp) FROM chunks").fetchone()
-        file_bytes = sum(p.stat().st_size for p in self.folder.glob(DB_NAME + "*") if p.is_file())
+        file_bytes = sum(_size(self.folder / (DB_NAME + suffix)) for suffix in ("", "-wal", "-shm"))
+        damaged = _damaged_copies(self.folder)
         try:
             disk_free = shutil.disk_usage(self.folder).free
         except OSError:  # the folder was removed under the node: the diagnostic then says the disk is full
             disk_free = 0
         return {"chunks": int(count), "bytes": self._held_bytes, "max_bytes": self.max_bytes, "file_bytes": file_bytes,
                 "disk_free_bytes": disk_free, "oldest_stamp": float(oldest) if oldest is not None else 0.0,
-                "newest_stamp": float(newest) if newest is not None else 0.0, "path": str(self.folder)}
+                "newest_stamp": float(newest) if newest is not None else 0.0, "path": str(self.folder),
+                # damaged files kept for a person (at most DAMAGED_COPIES), counted apart from the bound
+                "damaged_copies": [str(p) for p in damaged], "damaged_bytes": sum(_copy_bytes(p) for p in damaged),
+                "holes": int(self.reader.execute("SELECT COUNT(*) FROM holes").fetchone()[0])}
+
+    # -- thumbnails (docs/show.md) ----------------------------------------------------------------
+    def thumbnail_near(self, stamp: float, camera: str = "", tolerance: float = math.inf) -> Thumbnail | None:
+        """The thumbnail of the archived frame (of ``camera``) nearest ``stamp`` within ``tolerance``
+        seconds; None without one. One frame's bytes are read, through the reader connection."""
+        return frame_near(self.reader, float(stamp), camera, tolerance)
+
+    def thumbnails_at(self, stamps: list[float], cameras: list[str] | None = None,
+                      tolerance: float = 1e-3) -> list[Thumbnail | None]:
+        """The thumbnail of each frame stamped ``stamps[i]`` (of ``cameras[i]`` when given, "" any),
+        None where the archive has none (dropped by the bound, thumbnails off)."""
+        cameras = list(cameras or [])
+        return [frame_near(self.reader, float(s), cameras[i] if i < len(cameras) else "", tolerance)
+                for i, s in enumerate(stamps)]
+
+    def thumbnails_between(self, since: float = -math.inf, until: float = math.inf,
+                           camera: str = "") -> list[Thumbnail]:
+        """Every archived thumbnail stamped inside since..until (of ``camera``), oldest first."""
+        return frames_between(self.reader, since, until, camera)
 
 
 # -- helpers ----------------------------------------------------------------------------------------
@@ -455,10 +564,10 @@ def _take_lock(folder: pathlib.Path, owner: str):
     return lock_file
 
 
-def _connect(path: pathlib.Path, warnings: list[str]) -> sqlite3.Connection:
+def _connect(path: pathlib.Path, warnings: list[str], sync: str = "normal") -> sqlite3.Connection:
     """The database, checked; a damaged one is salvaged (what reads is kept) with a warning."""
     try:
-        db = _open_db(path)
+        db = _open_db(path, sync)
         verdict = db.execute("PRAGMA quick_check").fetchone()[0]
         if verdict == "ok":
             return db
@@ -466,26 +575,27 @@ def _connect(path: pathlib.Path, warnings: list[str]) -> sqlite3.Connection:
         reason = verdict
     except sqlite3.DatabaseError as err:
         reason = str(err)
-    return _salvage(path, reason, warnings)
+    return _salvage(path, reason, warnings, sync)
 
 
-def _open_db(path: pathlib.Path) -> sqlite3.Connection:
-    fresh = not path.exists()
+def _open_db(path: pathlib.Path, sync: str = "normal") -> sqlite3.Connection:
+    fresh = not path.exists() or path.stat().st_size == 0  # a zero-byte file is a new archive: it gets auto_vacuum
     db = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
     db.isolation_level = "DEFERRED"  # ``with db`` makes one transaction
     if fresh:
         db.execute("PRAGMA auto_vacuum = INCREMENTAL")  # only before the first table
     db.execute("PRAGMA journal_mode = WAL")
     # NORMAL in WAL mode: a commit survives the process dying (kill -9); a power cut may lose the
-    # last commits, never the file (docs/archive.md "Durability")
-    db.execute("PRAGMA synchronous = NORMAL")
+    # commits since the last checkpoint, never the file. FULL syncs every commit (docs/archive.md "Durability")
+    db.execute(f"PRAGMA synchronous = {sync.upper()}")
     # the write-ahead log is folded back every 1 MiB and cut to at most 4 MiB after, so the files on
     # disk stay near archive_max_bytes however long the node runs
     db.execute("PRAGMA wal_autocheckpoint = 256")
     db.execute(f"PRAGMA journal_size_limit = {WAL_LIMIT_BYTES}")
     db.executescript(SCHEMA)
     columns = {row[1] for row in db.execute("PRAGMA table_info(chunks)")}
-    for column in ("frame_vectors BLOB", "vectors_shape TEXT"):  # files from before the index
+    # files from before the index, and from before the thumbnails
+    for column in ("frame_vectors BLOB", "vectors_shape TEXT", "thumbnails BLOB", "thumbnail_sizes TEXT"):
         if column.split()[0] not in columns:
             db.execute(f"ALTER TABLE chunks ADD COLUMN {column}")
     return db
@@ -497,38 +607,136 @@ def _reader(path: pathlib.Path) -> sqlite3.Connection:
     return reader
 
 
-def _salvage(path: pathlib.Path, reason: str, warnings: list[str]) -> sqlite3.Connection:
-    """Copy every chunk that still reads, oldest first, up to the first that does not, into a new
-    file; the damaged one is kept beside it for a person to look at."""
-    kept_rows, meta, names = [], [], []
-    try:
-        old = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-        try:
-            meta = old.execute("SELECT key, value FROM meta").fetchall()
-            names = [row[1] for row in old.execute("PRAGMA table_info(chunks)")]
-            for (chunk_id,) in old.execute("SELECT id FROM chunks ORDER BY id").fetchall():
-                kept_rows.append(old.execute("SELECT * FROM chunks WHERE id = ?", (chunk_id,)).fetchone())
-        except sqlite3.DatabaseError:
-            pass  # the damaged part: everything after it is cut
-        finally:
-            old.close()
-    except sqlite3.DatabaseError:
-        pass
-    aside = path.with_name(f"{path.name}.damaged-{time.strftime('%Y%m%d-%H%M%S')}")
+def _salvage(path: pathlib.Path, reason: str, warnings: list[str], sync: str = "normal") -> sqlite3.Connection:
+    """Every row whose pages are all still there, read page by page (salvage.py), streamed into a
+    new file in small transactions (RAM holds a batch, not the archive); the damaged file is set
+    aside for a person to look at (the newest DAMAGED_COPIES are kept, counted apart)."""
+    aside = path.with_name(f"{path.name}.damaged-{time.strftime('%Y%m%d-%H%M%S')}.{time.time_ns() % 10**9:09d}")
     for suffix in ("", "-wal", "-shm"):
         part = pathlib.Path(str(path) + suffix)
         if part.exists():
             part.rename(pathlib.Path(str(aside) + suffix))
-    db = _open_db(path)
-    with db:
-        db.executemany("INSERT INTO meta (key, value) VALUES (?, ?)", meta)
-        if kept_rows:
-            marks = ", ".join("?" * len(kept_rows[0]))  # by name: a file from before the index has fewer columns
-            db.executemany(f"INSERT INTO chunks ({', '.join(names)}) VALUES ({marks})", kept_rows)
-    warnings.append(f"archive file '{path}' was damaged ({reason}): kept the {len(kept_rows)} chunk(s) that read, "
-                    f"cut the rest; the damaged file is at '{aside}'")
-    log.warning(warnings[-1])
-    return db
+    db = _open_db(path, sync)
+    names = {table: [row[1] for row in db.execute(f"PRAGMA table_info({table})")] for table in ("meta", "chunks", "holes")}
+    kept, bad, batch = 0, 0, []
+
+    def write(rows) -> None:
+        with db:
+            for table, values in rows:
+                columns = names[table][:len(values)]  # a row from before a column was added has fewer
+                db.execute(f"INSERT OR IGNORE INTO {table} ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})",
+                           values)
+
+    try:
+        for table, rowid, values in salvaged_rows(aside):
+            if table not in names or len(values) > len(names[table]):
+                continue
+            if table in ("chunks", "holes"):
+                values = [rowid] + values[1:]  # the id column is the rowid: the record holds NULL there
+            if table == "chunks" and not _row_is_whole(dict(zip(names["chunks"], values))):
+                bad += 1
+                continue
+            kept += table == "chunks"
+            batch.append((table, values))
+            if len(batch) >= 16:
+                write(batch)
+                batch = []
+        write(batch)
+    except ValueError as err:  # not an SQLite file at all: nothing to read
+        reason = f"{reason}; {err}"
+    warnings.append(f"archive file '{path}' was damaged ({reason}): kept the {kept} chunk(s) whose pages are intact"
+                    + (f", {bad} more had damaged bytes" if bad else "")
+                    + f"; the damaged file is at '{aside}' (remove it once looked at: until then /diagnostics "
+                    "says the archive was damaged)")
+    return db  # the warning is the opener's to log (the node logs each once)
+
+
+def _row_is_whole(row: dict) -> bool:
+    """Whether a salvaged chunk's payloads have the bytes their shapes say (a page may read and
+    still hold another row's bytes)."""
+    try:
+        for blob, shape, width in (("embeds", "embeds_shape", None), ("positions", "positions_shape", 4)):
+            dims = json.loads(row[shape])
+            count = int(np.prod(dims))
+            if width is None:
+                if len(row[blob]) not in (2 * count, 4 * count):
+                    return False
+            elif len(row[blob]) != width * count:
+                return False
+        json.loads(row["stamps"])
+        json.loads(row["unit_frames"])
+        return isinstance(row["camera"], str)
+    except (KeyError, TypeError, ValueError):
+        return False
+
+
+def _give_back_pages(db: sqlite3.Connection) -> None:
+    """Free pages back to the file system (docs/archive.md "Space"). ``incremental_vacuum`` frees
+    one page per step of its statement, and Python's sqlite3 steps a statement without result
+    columns once: so one statement per free page, all in one transaction (one commit)."""
+    free = int(db.execute("PRAGMA freelist_count").fetchone()[0])
+    if not free:
+        return
+    db.execute("BEGIN")
+    try:
+        for _ in range(free):
+            db.execute("PRAGMA incremental_vacuum(1)")
+        db.execute("COMMIT")
+    except BaseException:
+        db.execute("ROLLBACK")
+        raise
+
+
+def _size(path: pathlib.Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+def _damaged_copies(folder: pathlib.Path) -> list[pathlib.Path]:
+    """The damaged files set aside, oldest first (their -wal/-shm go with them)."""
+    return sorted((p for p in folder.glob(DB_NAME + ".damaged-*") if not p.name.endswith(("-wal", "-shm"))),
+                  key=lambda p: p.stat().st_mtime_ns)
+
+
+def _copy_bytes(path: pathlib.Path) -> int:
+    return sum(_size(pathlib.Path(str(path) + suffix)) for suffix in ("", "-wal", "-shm"))
+
+
+def _keep_damaged_copies(folder: pathlib.Path, keep: int) -> None:
+    """At most ``keep`` damaged files: a robot whose disk keeps tearing does not fill it with them."""
+    copies = _damaged_copies(folder)
+    for old in copies[:max(len(copies) - keep, 0)]:
+        for suffix in ("", "-wal", "-shm"):
+            pathlib.Path(str(old) + suffix).unlink(missing_ok=True)
+        log.warning("archive: removed the older damaged copy '%s' (at most %d are kept)", old, keep)
+
+
+def backup_database(source: pathlib.Path, destination: str | os.PathLike) -> pathlib.Path:
+    """SQLite's online backup of ``source`` into ``destination`` (a file, or a folder for
+    archive.sqlite): a consistent copy of every committed chunk, taken page by page while a writer
+    goes on. Returns the file written; ArchiveError when it cannot be."""
+    target = pathlib.Path(destination).expanduser()
+    if target.is_dir():
+        target = target / DB_NAME
+    if target.resolve() == source.resolve():
+        raise ArchiveError(f"backup destination '{target}' is the archive itself")
+    partial = target.with_name(target.name + ".partial")
+    try:
+        src = sqlite3.connect(f"file:{source}?mode=ro", uri=True)
+        dst = sqlite3.connect(str(partial))
+        try:
+            src.backup(dst, pages=256)  # in steps: the node's writes go on between them
+            dst.execute("PRAGMA journal_mode = DELETE")  # a backup is one file, WAL or not
+        finally:
+            dst.close()
+            src.close()
+        partial.replace(target)  # never a half copy under the final name
+    except (sqlite3.Error, OSError) as err:
+        partial.unlink(missing_ok=True)
+        raise ArchiveError(f"archive backup to '{target}' failed: {err}") from None
+    return target
 
 
 def _check_identity(db: sqlite3.Connection, folder: pathlib.Path, identity: dict, cameras: tuple[str, ...],

@@ -1,0 +1,296 @@
+"""``streamcache-archive``: look at what a robot remembers, from its archive folder (docs/show.md).
+
+    streamcache-archive ls --since 1700000000 --until 1700000600     # chunks: stamps, camera, standing answers
+    streamcache-archive show 1700000123.5 --camera /front/image_raw frame.jpg   # the frame nearest that stamp
+    streamcache-archive sheet --since 1700000000 --until 1700003600 morning.png # a contact sheet with P(yes)
+    streamcache-archive backup /mnt/usb/archive-monday            # SQLite's online backup, safe while the node runs
+    streamcache-archive check                                     # integrity, sizes, holes
+
+The folder: ``--archive DIR``, else the default folder of the node ``--node`` (default
+/streamcache/streamcache_node, the launch files' node: <ROS home>/streamcache/archive/<its name>).
+The database is opened read-only (a WAL reader beside the node's writer, its lock left alone);
+only ``backup`` writes, and only at DEST. Stamps are seconds on the camera's clock, as the node's
+answers give them. Exit codes: 0 done, 1 nothing to show (no such frame, a damaged file), 2 not an
+archive or a bad argument (one line on stderr).
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import math
+import os
+import pathlib
+import sqlite3
+import sys
+
+EXIT_NOTHING, EXIT_REFUSED = 1, 2
+DB_NAME = "archive.sqlite"  # engine/recall/archive/store.py's; kept here so --help needs no engine import
+DEFAULT_NODE = "/streamcache/streamcache_node"
+
+
+class Refused(Exception):
+    """One line for stderr, and exit code 2."""
+
+
+# -- opening ---------------------------------------------------------------------------------------
+def archive_path(args) -> pathlib.Path:
+    """The archive's folder: --archive, or the node's default folder (node/snapshots.py's rule)."""
+    if args.archive:
+        folder = pathlib.Path(args.archive).expanduser()
+        return folder.parent if folder.name == DB_NAME and folder.is_file() else folder
+    from ..node.snapshots import DEFAULT_ARCHIVE, archive_folder  # noqa: PLC0415 - no rclpy there
+
+    return pathlib.Path(archive_folder(DEFAULT_ARCHIVE, args.node))
+
+
+def open_readonly(folder: pathlib.Path) -> sqlite3.Connection:
+    """The archive's database, read-only: never created, never written, never locked against the
+    node (WAL: a reader sees every committed chunk while the node writes)."""
+    path = folder / DB_NAME
+    if not path.is_file():
+        raise Refused(f"'{folder}' is not a streamcache archive: no {DB_NAME} there")
+    try:
+        db = sqlite3.connect(f"{path.absolute().as_uri()}?mode=ro", uri=True, check_same_thread=False)
+        tables = {name for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        meta = dict(db.execute("SELECT key, value FROM meta").fetchall()) if "meta" in tables else {}
+    except sqlite3.DatabaseError as err:
+        raise Refused(f"'{path}' is not a streamcache archive: {err}") from None
+    if "chunks" not in tables or "format" not in meta:
+        db.close()
+        raise Refused(f"'{path}' is not a streamcache archive: no chunks table and format in meta")
+    return db
+
+
+def _stamp(value: float) -> str:
+    """A stamp as seconds, and as a UTC time when it looks like wall-clock time."""
+    if value > 1e9:
+        when = datetime.datetime.fromtimestamp(value, datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+        return f"{value:.2f} ({when} UTC)"
+    return f"{value:.2f}"
+
+
+def _camera(name: str) -> str:
+    return name or "(default camera)"  # a single-camera node names its camera ''
+
+
+def _span(args) -> tuple[float, float]:
+    since = -math.inf if args.since is None else args.since
+    until = math.inf if args.until is None else args.until
+    if since > until:
+        raise Refused(f"--since {args.since} is after --until {args.until}")
+    return since, until
+
+
+def _chunks(db: sqlite3.Connection, since: float, until: float, camera: str) -> list[dict]:
+    query = ("SELECT id, camera, first_stamp, last_stamp, stamps, watch, bytes, pinned FROM chunks "
+             "WHERE last_stamp >= ? AND first_stamp <= ?")
+    args: list = [max(since, -1e300), min(until, 1e300)]
+    if camera:
+        query += " AND camera = ?"
+        args.append(camera)
+    out = []
+    for chunk_id, cam, first, last, stamps, watch, size, pinned in db.execute(query + " ORDER BY first_stamp, id", args):
+        frames = [s for s in json.loads(stamps) if since <= s <= until]
+        if frames:
+            out.append({"id": chunk_id, "camera": cam, "first_stamp": first, "last_stamp": last, "frames": len(frames),
+                        "bytes": size, "pinned": bool(pinned), "watch": json.loads(watch)})
+    return out
+
+
+# -- the commands ----------------------------------------------------------------------------------
+def cmd_ls(db, args) -> int:
+    since, until = _span(args)
+    rows = _chunks(db, since, until, args.camera)
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    for row in rows:
+        answers = ", ".join(f"{q!r} {p:.2f}" for q, p in sorted(row["watch"].items()))
+        print(f"{row['id']:>7}  {_camera(row['camera'])}  {_stamp(row['first_stamp'])} .. {row['last_stamp']:.2f}  "
+              f"{row['frames']} frame(s)  {row['bytes']} B{'  pinned' if row['pinned'] else ''}"
+              + (f"  P(yes): {answers}" if answers else ""))
+    print(f"{len(rows)} chunk(s)", file=sys.stderr)
+    return 0
+
+
+def cmd_show(db, args) -> int:
+    from ..engine.recall.archive.thumbnails import frame_near, has_thumbnails  # noqa: PLC0415
+
+    if not has_thumbnails(db):
+        print("no thumbnails in this archive (written before them)", file=sys.stderr)
+        return EXIT_NOTHING
+    found = frame_near(db, args.stamp, args.camera)
+    if found is None:
+        print(f"no archived frame{' of ' + args.camera if args.camera else ''} has a thumbnail "
+              "(archive_thumbnail_px 0, or none held)", file=sys.stderr)
+        return EXIT_NOTHING
+    _write_image(found.jpeg, pathlib.Path(args.out))
+    print(f"wrote {args.out}: {_camera(found.camera)}, stamp {_stamp(found.stamp)} ({found.stamp - args.stamp:+.2f} s from "
+          f"the one asked)")
+    return 0
+
+
+def _write_image(jpeg: bytes, out: pathlib.Path) -> None:
+    """The stored JPEG as it is, or converted for another extension (.png)."""
+    if out.suffix.lower() in (".jpg", ".jpeg", ""):
+        out.write_bytes(jpeg)
+        return
+    import io  # noqa: PLC0415
+
+    from PIL import Image  # noqa: PLC0415
+
+    Image.open(io.BytesIO(jpeg)).save(out)
+
+
+def cmd_sheet(db, args) -> int:
+    from ..engine.recall.archive.thumbnails import frames_between  # noqa: PLC0415
+    from .archive_pictures import contact_sheet  # noqa: PLC0415
+
+    since, until = _span(args)
+    thumbs = frames_between(db, since, until, args.camera)
+    if not thumbs:
+        print("no thumbnails in that span (archive_thumbnail_px 0, or nothing held there)", file=sys.stderr)
+        return EXIT_NOTHING
+    if len(thumbs) > args.max_frames:  # evenly over the span, its first and last kept
+        picks = sorted({round(i * (len(thumbs) - 1) / (args.max_frames - 1)) for i in range(args.max_frames)})
+        thumbs = [thumbs[i] for i in picks]
+    chunks = _chunks(db, since, until, args.camera)
+    image = contact_sheet(thumbs, chunks, args.columns, title=f"{args.folder}")
+    image.save(args.out)
+    print(f"wrote {args.out}: {len(thumbs)} frame(s) {_stamp(thumbs[0].stamp)} .. {thumbs[-1].stamp:.2f}, "
+          f"{len({q for c in chunks for q in c['watch']})} standing question(s), {image.width}x{image.height}")
+    return 0
+
+
+def cmd_backup(db, args) -> int:
+    dest = pathlib.Path(args.dest).expanduser()
+    if dest.is_dir() or not dest.suffix:  # a folder: what the node, or this command, opens as an archive
+        dest = dest / DB_NAME
+    if dest.exists() and not args.force:
+        raise Refused(f"'{dest}' exists: give --force to write over it")
+    if dest.resolve() == (args.folder / DB_NAME).resolve():
+        raise Refused("the backup cannot be the archive itself")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    partial = dest.with_name(dest.name + ".partial")
+    partial.unlink(missing_ok=True)
+    target = sqlite3.connect(str(partial))
+    try:
+        # one step: the copy is the snapshot of one read transaction, whatever the node commits meanwhile
+        db.backup(target)
+        target.execute("PRAGMA journal_mode = DELETE")  # one file, whole: a folder to carry off the robot
+    finally:
+        target.close()
+    os.replace(partial, dest)
+    chunks = sqlite3.connect(f"{dest.absolute().as_uri()}?mode=ro", uri=True)
+    try:
+        (count,) = chunks.execute("SELECT COUNT(*) FROM chunks").fetchone()
+    finally:
+        chunks.close()
+    print(f"wrote {dest}: {count} chunk(s), {dest.stat().st_size} bytes")
+    return 0
+
+
+def cmd_check(db, args) -> int:
+    verdict = [row[0] for row in db.execute("PRAGMA integrity_check")]
+    count, payload, oldest, newest = db.execute(
+        "SELECT COUNT(*), COALESCE(SUM(bytes), 0), MIN(first_stamp), MAX(last_stamp) FROM chunks").fetchone()
+    columns = {row[1] for row in db.execute("PRAGMA table_info(chunks)")}
+    thumbs = (db.execute("SELECT COALESCE(SUM(LENGTH(thumbnails)), 0) FROM chunks").fetchone()[0]
+              if "thumbnails" in columns else 0)
+    cameras = dict(db.execute("SELECT camera, COUNT(*) FROM chunks GROUP BY camera").fetchall())
+    files = {p.name: p.stat().st_size for p in sorted(args.folder.glob(DB_NAME + "*")) if p.is_file()}
+    tables = {name for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    holes = []
+    if "holes" in tables:
+        cursor = db.execute("SELECT * FROM holes ORDER BY since")
+        names = [d[0] for d in cursor.description]
+        holes = [dict(zip(names, row)) for row in cursor]
+    report = {"folder": str(args.folder), "integrity": verdict, "chunks": count, "payload_bytes": payload,
+              "thumbnail_bytes": thumbs, "cameras": cameras, "oldest_stamp": oldest, "newest_stamp": newest,
+              "files": files, "meta": dict(db.execute("SELECT key, value FROM meta").fetchall()),
+              "holes": holes if "holes" in tables else None}
+    ok = verdict == ["ok"]
+    if args.json:
+        print(json.dumps(report, indent=2))
+        return 0 if ok else EXIT_NOTHING
+    print(f"archive {args.folder}")
+    print(f"  integrity: {'ok' if ok else '; '.join(verdict[:5])}")
+    print(f"  chunks: {count} ({', '.join(f'{_camera(c)}: {n}' for c, n in cameras.items()) or 'none'})")
+    if count:
+        print(f"  span: {_stamp(oldest)} .. {_stamp(newest)}")
+    print(f"  bytes: {payload} in the bound, of them {thumbs} thumbnails")
+    print("  files: " + ", ".join(f"{name} {size}" for name, size in files.items()))
+    print("  model: " + ", ".join(f"{k} {v}" for k, v in sorted(report["meta"].items())))
+    if "holes" not in tables:
+        print("  holes: not recorded by this archive")
+    else:
+        print(f"  holes: {len(holes)}")
+        for hole in holes:
+            print(f"    {hole.get('camera', '')}  {_stamp(float(hole['since']))} .. {float(hole['until']):.2f}  "
+                  f"{hole.get('reason', '')}" + (f", {hole['chunks']} chunk(s)" if hole.get("chunks") else ""))
+    return 0 if ok else EXIT_NOTHING
+
+
+# -- the command line ------------------------------------------------------------------------------
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="streamcache-archive", description=__doc__.splitlines()[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--archive", help="the archive's folder (default: the --node's default folder)")
+    p.add_argument("--node", default=DEFAULT_NODE, help="whose default folder: a node's full name "
+                                                        f"(default {DEFAULT_NODE})")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    def span(q):
+        q.add_argument("--since", type=float, help="seconds, camera clock (default: open)")
+        q.add_argument("--until", type=float, help="seconds, camera clock (default: open)")
+        q.add_argument("--camera", default="", help="one camera (default: every camera)")
+
+    q = sub.add_parser("ls", help="chunks with stamps, camera and the standing questions' P(yes)")
+    span(q)
+    q.add_argument("--json", action="store_true")
+    q = sub.add_parser("show", help="write the archived frame nearest a stamp")
+    q.add_argument("stamp", type=float)
+    q.add_argument("out", help="OUT.jpg (the stored JPEG) or OUT.png")
+    q.add_argument("--camera", default="")
+    q = sub.add_parser("sheet", help="a contact sheet of a span, the standing questions' P(yes) under it")
+    span(q)
+    q.add_argument("out", help="OUT.png")
+    q.add_argument("--columns", type=int, default=8)
+    q.add_argument("--max-frames", type=int, default=64, help="at most this many frames, evenly over the span")
+    q = sub.add_parser("backup", help="SQLite's online backup to DEST: a folder (archive.sqlite in it), or a "
+                                      "file ending .sqlite")
+    q.add_argument("dest")
+    q.add_argument("--force", action="store_true", help="write over DEST")
+    q = sub.add_parser("check", help="integrity, chunks, bytes, file sizes, holes")
+    q.add_argument("--json", action="store_true")
+    return p
+
+
+COMMANDS = {"ls": cmd_ls, "show": cmd_show, "sheet": cmd_sheet, "backup": cmd_backup, "check": cmd_check}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        if getattr(args, "columns", 1) < 1 or getattr(args, "max_frames", 2) < 2:
+            raise Refused("--columns must be >= 1 and --max-frames >= 2")
+        args.folder = archive_path(args)
+        db = open_readonly(args.folder)
+        try:
+            return COMMANDS[args.command](db, args)
+        finally:
+            db.close()
+    except Refused as err:
+        print(f"streamcache-archive: {err}", file=sys.stderr)
+        return EXIT_REFUSED
+    except sqlite3.DatabaseError as err:  # damaged past what opening could see
+        print(f"streamcache-archive: the archive cannot be read: {err}", file=sys.stderr)
+        return EXIT_NOTHING
+    except OSError as err:
+        print(f"streamcache-archive: {err}", file=sys.stderr)
+        return EXIT_REFUSED
+
+
+if __name__ == "__main__":
+    sys.exit(main())
