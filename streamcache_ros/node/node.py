@@ -165,7 +165,6 @@ class StreamCacheNode(LifecycleNode):
         if restored:
             log = self.get_logger().error if snapshots.state == "refused" else self.get_logger().info
             log(restored)
-        self._log_archive(session, archive)
         self._made_publishers = {attr: self.create_publisher(kind, topic, qos) for attr, kind, topic, qos in PUBLISHERS}
         if self.diagnostics is None:  # the Updater declares its parameter: made once per node
             self.diagnostics = NodeDiagnostics(self, self._engine_view)
@@ -176,6 +175,8 @@ class StreamCacheNode(LifecycleNode):
             self.diagnostics.add_camera(camera.topic, camera.counters, min_rate, max_delay,
                                         qos=lambda c=camera: (c.qos_text, c.qos_changes))
         self.diagnostics.add_engine()
+        # once nothing else can fail: a configure error stays the one line it ends the process with
+        self._log_archive(session, archive)
         self.get_logger().info(
             f"configured: model {info.model_id} ({info.model_family}, {info.device}, {info.dtype}), "
             f"policy {info.policy}, cameras {', '.join(self.cameras.inputs)}, sample_fps {self.cameras.sample_fps}, "

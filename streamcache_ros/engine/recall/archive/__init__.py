@@ -27,7 +27,7 @@ from .thumbnails import DEFAULT_THUMBNAIL_PX, Thumbnail
 log = logging.getLogger("streamcache_ros.archive")
 # a camera's gap after a restart longer than this (and than a few of its frames) was the node down
 DOWN_GAP_S, DOWN_GAP_FRAMES = 2.0, 3
-DEFAULT_MAX_BYTES = 1 << 30  # 1 GiB: a day of the bundled model is about 0.1 GiB (docs/archive.md "The store")
+DEFAULT_MAX_BYTES = 1 << 30  # 1 GiB: a day of the bundled model is about 0.18 GiB (docs/archive.md "The store")
 
 
 @dataclass
