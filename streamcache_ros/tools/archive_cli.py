@@ -83,12 +83,8 @@ def _span(args) -> tuple[float, float]:
 
 
 def _chunks(db: sqlite3.Connection, since: float, until: float, camera: str) -> list[dict]:
-    query = ("SELECT id, camera, first_stamp, last_stamp, stamps, watch, bytes, pinned FROM chunks "
-             "WHERE last_stamp >= ? AND first_stamp <= ?")
-    args: list = [max(since, -1e300), min(until, 1e300)]
-    if camera:
-        query += " AND camera = ?"
-        args.append(camera)
+    from ..engine.recall.archive.spans import span_query  # noqa: PLC0415 - --help needs no engine import
+    query, args = span_query("id, camera, first_stamp, last_stamp, stamps, watch, bytes, pinned", since, until, camera)
     out = []
     for chunk_id, cam, first, last, stamps, watch, size, pinned in db.execute(query + " ORDER BY first_stamp, id", args):
         frames = [s for s in json.loads(stamps) if since <= s <= until]

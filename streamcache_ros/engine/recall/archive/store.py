@@ -33,6 +33,7 @@ from ...errors import ArchiveError
 from .index_cache import IndexCache
 from .record import ArchivedChunk, EncodedChunk, STORE_DTYPES, pack_tensor, unpack_tensor
 from .salvage import salvaged_rows
+from .spans import span_query, sql_stamp
 from .thumbnails import Thumbnail, frame_near, frames_between
 from .thumbnails import pack as pack_thumbnails
 
@@ -325,7 +326,7 @@ class ArchiveStore:
         """(camera, since, until, reason, chunks) of every hole overlapping since..until (of
         ``camera``), oldest first."""
         query = "SELECT camera, since, until, reason, chunks FROM holes WHERE until >= ? AND since <= ?"
-        args: list = [_sql_stamp(since), _sql_stamp(until)]
+        args: list = [sql_stamp(since), sql_stamp(until)]
         if camera:
             query += " AND camera = ?"
             args.append(camera)
@@ -352,7 +353,7 @@ class ArchiveStore:
         """``rows``, one at a time: a caller that needs only the first (``holds``, the oldest
         stamp) reads one row, not a day's ten thousand."""
         columns = ROW_COLUMNS + (", retrieval_key, key_shape" if with_keys else "")
-        query, args = self._span_query(columns, since, until, camera)
+        query, args = span_query(columns, since, until, camera)
         shapes: dict[str, tuple] = {}  # a day's keys come in a few shapes: each parsed once
         for row in self.reader.execute(query + " ORDER BY first_stamp, id", args):
             chunk = _row(row)
@@ -417,7 +418,7 @@ class ArchiveStore:
                              for q in json.loads(text)}
         if question not in self._watched:
             return False
-        query, args = self._span_query("COUNT(*), SUM(instr(watch, ?) = 0)", since, until, camera)
+        query, args = span_query("COUNT(*), SUM(instr(watch, ?) = 0)", since, until, camera)
         count, missing = self.reader.execute(query, [json.dumps(question) + ":"] + args).fetchone()
         return bool(count) and not missing
 
@@ -440,7 +441,7 @@ class ArchiveStore:
                                   stamps=[], unit_frames=[], tokens_per_unit=0, pinned=bool(pinned))
                     for c, cam, first, last, pinned in zip(*self._cached_index().table(camera))]
         columns = "id, camera, first_stamp, last_stamp, pinned" + (", retrieval_key, key_shape" if with_keys else "")
-        query, args = self._span_query(columns, -math.inf, math.inf, camera)
+        query, args = span_query(columns, -math.inf, math.inf, camera)
         out, shapes = [], {}
         for row in self.reader.execute(query + " ORDER BY first_stamp, id", args):
             chunk = ArchivedChunk(chunk_id=int(row[0]), camera=row[1], first_stamp=float(row[2]),
@@ -465,14 +466,6 @@ class ArchiveStore:
             found[row.chunk_id].key = row.key
         return [found[row.chunk_id] for row in rows]
 
-    @staticmethod
-    def _span_query(columns: str, since: float, until: float, camera: str) -> tuple[str, list]:
-        query = f"SELECT {columns} FROM chunks WHERE last_stamp >= ? AND first_stamp <= ?"
-        args: list = [_sql_stamp(since), _sql_stamp(until)]
-        if camera:
-            query += " AND camera = ?"
-            args.append(camera)
-        return query, args
 
     def load(self, rows: list[ArchivedChunk]) -> list[ArchivedChunk]:
         """``rows`` with their payloads (``chunk``), from the RAM buffer where it has them."""
@@ -529,10 +522,6 @@ class ArchiveStore:
 
 
 # -- helpers ----------------------------------------------------------------------------------------
-def _sql_stamp(stamp: float) -> float:
-    return max(min(stamp, 1e300), -1e300)  # SQLite has no infinities
-
-
 def _key(blob: bytes, shape: str, shapes: dict[str, tuple]) -> np.ndarray:
     if shape not in shapes:
         shapes[shape] = tuple(json.loads(shape))

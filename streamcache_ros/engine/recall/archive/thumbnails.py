@@ -18,6 +18,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .spans import span_query
+
 # measured by bench/thumbnail_bytes.py (docs/show.md "Bytes"): every frame at 160 px costs at most a
 # few per cent of a 7B model's embeddings an hour, and shows the shapes a person looks for
 DEFAULT_THUMBNAIL_PX = 160
@@ -135,12 +137,8 @@ def frames_between(db: sqlite3.Connection, since: float, until: float, camera: s
     """Every archived frame with a thumbnail stamped inside since..until (of ``camera``), oldest first."""
     if not has_thumbnails(db):
         return []
-    query = ("SELECT camera, stamps, thumbnails, thumbnail_sizes FROM chunks WHERE thumbnail_sizes IS NOT NULL "
-             "AND last_stamp >= ? AND first_stamp <= ?")
-    args: list = [max(since, -1e300), min(until, 1e300)]
-    if camera:
-        query += " AND camera = ?"
-        args.append(camera)
+    query, args = span_query("camera, stamps, thumbnails, thumbnail_sizes", since, until, camera)
+    query += " AND thumbnail_sizes IS NOT NULL"
     out = []
     for cam, stamps_text, blob, sizes_text in db.execute(query + " ORDER BY first_stamp, id", args):
         for frame_stamp, jpeg in zip(json.loads(stamps_text), unpack(blob, sizes_text)):
