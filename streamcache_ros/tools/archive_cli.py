@@ -19,7 +19,6 @@ import argparse
 import datetime
 import json
 import math
-import os
 import pathlib
 import sqlite3
 import sys
@@ -165,19 +164,12 @@ def cmd_backup(db, args) -> int:
         dest = dest / DB_NAME
     if dest.exists() and not args.force:
         raise Refused(f"'{dest}' exists: give --force to write over it")
-    if dest.resolve() == (args.folder / DB_NAME).resolve():
-        raise Refused("the backup cannot be the archive itself")
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    partial = dest.with_name(dest.name + ".partial")
-    partial.unlink(missing_ok=True)
-    target = sqlite3.connect(str(partial))
+    from ..engine.errors import ArchiveError  # noqa: PLC0415 - --help needs no engine import
+    from ..engine.recall.archive.store import backup_database  # noqa: PLC0415
     try:
-        # one step: the copy is the snapshot of one read transaction, whatever the node commits meanwhile
-        db.backup(target)
-        target.execute("PRAGMA journal_mode = DELETE")  # one file, whole: a folder to carry off the robot
-    finally:
-        target.close()
-    os.replace(partial, dest)
+        dest = backup_database(args.folder / DB_NAME, dest)
+    except ArchiveError as err:
+        raise Refused(str(err)) from None
     chunks = sqlite3.connect(f"{dest.absolute().as_uri()}?mode=ro", uri=True)
     try:
         (count,) = chunks.execute("SELECT COUNT(*) FROM chunks").fetchone()

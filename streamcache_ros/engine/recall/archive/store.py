@@ -703,20 +703,24 @@ def _keep_damaged_copies(folder: pathlib.Path, keep: int) -> None:
 
 
 def backup_database(source: pathlib.Path, destination: str | os.PathLike) -> pathlib.Path:
-    """SQLite's online backup of ``source`` into ``destination`` (a file, or a folder for
-    archive.sqlite): a consistent copy of every committed chunk, taken page by page while a writer
+    """SQLite's online backup of ``source`` into ``destination`` (a file, or a folder, named or
+    without a suffix, for archive.sqlite): a consistent copy of every committed chunk while a writer
     goes on. Returns the file written; ArchiveError when it cannot be."""
     target = pathlib.Path(destination).expanduser()
-    if target.is_dir():
+    if target.is_dir() or not target.suffix:  # a folder: what a node, or streamcache-archive, opens
         target = target / DB_NAME
     if target.resolve() == source.resolve():
         raise ArchiveError(f"backup destination '{target}' is the archive itself")
     partial = target.with_name(target.name + ".partial")
     try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        partial.unlink(missing_ok=True)
         src = sqlite3.connect(f"file:{source}?mode=ro", uri=True)
         dst = sqlite3.connect(str(partial))
         try:
-            src.backup(dst, pages=256)  # in steps: the node's writes go on between them
+            # in one step: the snapshot of one read transaction. In steps, every commit the node
+            # makes meanwhile restarts the copy, and under a steady stream it might never end
+            src.backup(dst)
             dst.execute("PRAGMA journal_mode = DELETE")  # a backup is one file, WAL or not
         finally:
             dst.close()

@@ -43,7 +43,7 @@ class WriteFailures:
         """The episode's holes, one per camera, once a chunk was written again; [] when none."""
         if not self.in_episode:
             return []
-        holes = [(camera, span[0], span[1], self._chunks[camera]) for camera, span in self._spans.items()]
+        holes = self.pending()
         log.warning("archive: writing again after %d chunk(s) not archived (a hole: %s)", sum(h[3] for h in holes),
                  ", ".join(f"'{c}' {a:.2f}..{b:.2f} s" for c, a, b, _ in holes))
         self.in_episode, self._spans, self._chunks = False, {}, {}
