@@ -21,7 +21,7 @@ from .keys import chunk_key, question_vector, relevance, unit_keys
 from .plan import question_plan, window_plan
 from .record import ArchivedChunk, EncodedChunk
 from .write_failures import WRITE_ERRORS, WriteFailures
-from .store import DB_NAME, LOCK_NAME, ArchiveStore
+from .store import DB_NAME, LOCK_NAME, ArchiveStore, free_bytes
 from .thumbnails import DEFAULT_THUMBNAIL_PX, Thumbnail
 
 log = logging.getLogger("streamcache_ros.archive")
@@ -70,7 +70,7 @@ class Archive:
         try:
             chunk_id = self.store.append(chunk, key)
         except WRITE_ERRORS as err:
-            self.failures.failed(chunk, err, self.store.stats()["disk_free_bytes"] if self.store.db else 0)
+            self.failures.failed(chunk, err, free_bytes(self.settings.path))
             return None
         self._mark_restart_gap(chunk)
         for camera, since, until, chunks in self.failures.resumed():

@@ -490,10 +490,7 @@ class ArchiveStore:
         count, oldest, newest = self.reader.execute("SELECT COUNT(*), MIN(first_stamp), MAX(last_stamp) FROM chunks").fetchone()
         file_bytes = sum(_size(self.folder / (DB_NAME + suffix)) for suffix in ("", "-wal", "-shm"))
         damaged = _damaged_copies(self.folder)
-        try:
-            disk_free = shutil.disk_usage(self.folder).free
-        except OSError:  # the folder was removed under the node: the diagnostic then says the disk is full
-            disk_free = 0
+        disk_free = free_bytes(self.folder)
         return {"chunks": int(count), "bytes": self._held_bytes, "max_bytes": self.max_bytes, "file_bytes": file_bytes,
                 "disk_free_bytes": disk_free, "oldest_stamp": float(oldest) if oldest is not None else 0.0,
                 "newest_stamp": float(newest) if newest is not None else 0.0, "path": str(self.folder),
@@ -638,6 +635,15 @@ def _salvage(path: pathlib.Path, reason: str, warnings: list[str], sync: str = "
                     + f"; the damaged file is at '{aside}' (remove it once looked at: until then /diagnostics "
                     "says the archive was damaged)")
     return db  # the warning is the opener's to log (the node logs each once)
+
+
+def free_bytes(folder: str | os.PathLike) -> int:
+    """The free bytes of the file system ``folder`` is on; 0 when it cannot be read (the folder was
+    removed under the node: the diagnostic then says the disk is full)."""
+    try:
+        return shutil.disk_usage(folder).free
+    except OSError:
+        return 0
 
 
 def _row_is_whole(row: dict) -> bool:
