@@ -90,6 +90,7 @@ class Replayer:
         self.clock_pub = node.create_publisher(Clock, "/clock", qos) if args.clock else None
         self._clock_type = Clock
         self.acks = AckWaiter()
+        self.resent = 0  # lock-step: messages published again after no acknowledgement came in time
         self.ack_topic = None
         if args.lock_step:
             from ..client.client import discover_namespace  # noqa: PLC0415
@@ -146,6 +147,7 @@ class Replayer:
                         acknowledged += 1
                         break
                     publisher.publish(msg.rawdata)  # lost on the way (best-effort subscriber): again
+                    self.resent += 1
                 else:
                     raise TimeoutError(f"streamcache_node did not acknowledge the frame stamped "
                                        f"{msg.stamp_ns / 1e9:.3f} on {publisher.topic_name} ({self.ack_topic})")
@@ -214,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
             mode = "lock-step, " if args.lock_step else ""
             print(f"[replay] done: {total} messages on {', '.join(topics)} in {time.monotonic() - started:.1f} s "
                   f"({mode}{'fast' if args.fast else f'rate {args.rate:g}'}"
-                  f"{f', {acked} acknowledged' if args.lock_step else ''})", flush=True)
+                  f"{f', {acked} acknowledged, {replayer.resent} resent' if args.lock_step else ''})", flush=True)
     except (NodeNotFound, LookupError) as err:
         print(f"streamcache-replay: {err}", file=sys.stderr)
         code = EXIT_NO_SUBSCRIBER
