@@ -101,7 +101,7 @@ def test_a_question_outside_what_the_model_answers_is_refused_naming_what_it_ans
 
 
 def test_british_and_american_spellings_are_one_word():
-    """issue 41: "What colour is the square?" was refused as a word never asked with; a question is
+    """'What colour is the square?' was once refused as a word never asked with; a question is
     read in the spelling its model knows, and a spelling the model knows is left as it is."""
     vocabulary = world_vocabulary()
     assert check_free_text("What colour is the square now?", [], vocabulary).expected == "colour"
@@ -118,7 +118,7 @@ def test_british_and_american_spellings_are_one_word():
 
 
 def test_one_word_check_for_ask_when_and_standing_questions():
-    """issue 41: `when` answered "Is the door open?" while Ask refused it: the one check (check_words)
+    """`when` once answered "Is the door open?" while Ask refused it: the one check (check_words)
     refuses it with Ask's own message."""
     vocabulary = world_vocabulary()
     with pytest.raises(QuestionError) as asked:

@@ -154,7 +154,7 @@ def test_build_session_opens_the_archive_a_folder_names_and_refuses_one_in_use(s
     assert build_session({**params, "archive_path": ""}).status().archive is None
     (tmp_path / "elsewhere").mkdir()
     monkeypatch.chdir(tmp_path / "elsewhere")
-    for off in ("off", "OFF", " Off "):  # issue 41: what a shell passes for no archive, not a folder named so
+    for off in ("off", "OFF", " Off "):  # what a shell passes for no archive, not a folder named so
         assert build_session({**params, "archive_path": off}).status().archive is None
     assert list((tmp_path / "elsewhere").iterdir()) == []
     for name, value in (("recall_chunks", -1), ("archive_max_bytes", 0)):

@@ -87,7 +87,7 @@ def test_a_question_outside_what_the_model_knows_is_refused_before_anything_is_e
 
 
 def test_ask_when_and_standing_questions_share_one_word_check(adapter):
-    """issue 41: `when` answered "Is the door open?" (P(yes) 0.95) while Ask refused the same words;
+    """`when` once answered "Is the door open?" (P(yes) 0.95) while Ask refused the same words;
     now all three refuse it with Ask's message, the waiting frames still waiting."""
     session = fed(adapter, stream(), FRAMES + WAITING)
     before = memory_state(session)
@@ -102,7 +102,7 @@ def test_ask_when_and_standing_questions_share_one_word_check(adapter):
 
 
 def test_a_british_spelling_is_asked_as_the_model_knows_it(adapter):
-    """issue 41: "What colour is the square?" was refused for the British spelling; it is asked as
+    """'What colour is the square?' was once refused for the British spelling; it is asked as
     "color", the spelling the world's questions use, so it gets the same answer."""
     session = fed(adapter, stream(frames=FRAMES), FRAMES)
     british, american = session.ask("What colour is the square now?"), session.ask("What color is the square now?")

@@ -60,7 +60,7 @@ def test_the_archive_answers_across_a_sigint_and_a_kill_9_restart(domain, bags, 
             assert stamp_ns(status.archive_oldest_stamp) == START
             assert stamp_ns(status.archive_newest_stamp) == START + (FRAMES - 1) * S
             assert status.frames_in_memory < 16  # the bounded memory holds far less
-        assert f"archive: {archive} (0 chunk(s) kept from before" in proc.output()  # issue 41: a new one says where
+        assert f"archive: {archive} (0 chunk(s) kept from before" in proc.output()  # a new archive says where it is
         assert proc.stop() == 0  # SIGINT
     with Proc(node(archive), child_env(domain)) as proc:
         with client_of(proc, domain, NS) as c:
@@ -105,7 +105,7 @@ def test_reset_memory_clears_the_archive(domain, bags, tmp_path):
             assert not reply.success and "no frames" in reply.error_message
 
 
-@pytest.mark.parametrize("off", ["''", "Off"])  # issue 41: 'off' is what a shell passes with no quoting
+@pytest.mark.parametrize("off", ["''", "Off"])  # 'off' is what a shell passes with no quoting
 def test_archive_off_with_an_empty_path(domain, bags, tmp_path, off):
     with Proc(tiny_node(NS + "_off", [CAM], archive_path=off), child_env(domain)) as proc:
         with client_of(proc, domain, NS + "_off") as c:

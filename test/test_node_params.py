@@ -106,7 +106,7 @@ def test_camera_topics_are_validated(topics, words):
 
 
 def test_the_standing_questions_are_bounded():
-    """issue 41: no more than MAX_WATCH_QUESTIONS stand at once, at configure as at runtime."""
+    """No more than MAX_WATCH_QUESTIONS stand at once, at configure as at runtime."""
     most = [f"Did you see a red circle {i}?" for i in range(params.MAX_WATCH_QUESTIONS)]
     assert params.check_watch_questions(most) == most
     with pytest.raises(ConfigError, match=f"at most {params.MAX_WATCH_QUESTIONS} stand at once") as err:
@@ -115,7 +115,7 @@ def test_the_standing_questions_are_bounded():
 
 
 def test_archive_path_off_from_a_shell_is_a_string():
-    """issue 41: `-p archive_path:=off` reaches the node as YAML's bool false: taken as 'off'."""
+    """`-p archive_path:=off` reaches the node as YAML's bool false: taken as 'off'."""
     taken = params.as_declared(Parameter("archive_path", value=False), Parameter.Type.STRING)
     assert (taken.type_, taken.value) == (Parameter.Type.STRING, "off")
     kept = params.as_declared(Parameter("archive_path", value=True), Parameter.Type.STRING)

@@ -115,7 +115,7 @@ def test_a_question_that_cannot_stand_is_refused_the_list_unchanged(client, prob
 
 
 def test_the_standing_questions_are_bounded(client, probe, standing):
-    """issue 41: at most MAX_WATCH_QUESTIONS stand; one more is refused saying so, the list
+    """At most MAX_WATCH_QUESTIONS stand; one more is refused saying so, the list
     unchanged; `ros2 param set` checks each question as add_watch_question does."""
     from streamcache_ros.node.params import MAX_WATCH_QUESTIONS  # noqa: PLC0415
 

@@ -111,7 +111,7 @@ def test_when_refusals_say_why_and_leave_the_memory(client, request_fields, reas
 
 
 def test_the_cli_json_says_recalled_chunks(capsys):
-    """issue 41: `--json` carries recalled_chunks for an ask (service and action) and a `--when`."""
+    """`--json` carries recalled_chunks for an ask (service and action) and a `--when`."""
     from streamcache_ros.client import ask_cli  # noqa: PLC0415
     from streamcache_ros_interfaces.action import Ask as AskAction  # noqa: PLC0415
     from streamcache_ros_interfaces.srv import Ask, When  # noqa: PLC0415
@@ -142,7 +142,7 @@ def test_the_cli_asks_when(domain, client):
     data = json.loads(done.stdout)
     assert data["success"] and len(data["timeline"]) == 16 and data["frames_searched"] == 16
     assert data["searched_since"] == START / S and data["evicted_before"] is False
-    assert data["recalled_chunks"] == client.when(BLUE, "timeline").recalled_chunks  # issue 41
+    assert data["recalled_chunks"] == client.when(BLUE, "timeline").recalled_chunks
     last = cli("--when", "last", RED)
     assert last.returncode == 0, last.stderr
     assert "windows" in last.stdout or "not found" in last.stdout

@@ -203,7 +203,7 @@ def test_a_windowed_question_is_answered_from_the_window_alone(streams):
 
 
 def test_window_questions_when_every_identity_is_in_the_window():
-    """issue 41: with all 18 identities inside the window there is no 'no' to ask; it once raised
+    """With all 18 identities inside the window there is no 'no' to ask; it once raised
     ValueError (high <= 0) drawing from the empty pool, now a present identity is asked."""
     s = world.make_stream(3, 8)
     everyone = tuple(world.ObjectView(i, shape, colour, 0.0, 0.0, 4.0)

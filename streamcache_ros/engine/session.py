@@ -36,7 +36,7 @@ from .questions.turns import TurnLock
 from .recall.archive import DEFAULT_THUMBNAIL_PX, Archive, ArchiveSettings, EncodedChunk
 from .recall.tier import MemoryTier
 from .status import (Answer, ArchiveStatus, CacheSummary, ChunkReport, DeviceMemory, EngineInfo, EvidenceFrame,
-                     MemoryTimeline, SessionStatus, WatchAnswer, WhenAnswer, process_rss_bytes)
+                     MemoryReset, MemoryTimeline, SessionStatus, WatchAnswer, WhenAnswer, process_rss_bytes)
 from .stream.chunk_queue import ChunkQueue
 
 __all__ = ["Session", "SessionConfig"]
@@ -50,7 +50,6 @@ class Session:
         self.policy = policy
         self.config = config or SessionConfig()
         self.ledger = UnitLedger(SUMMARY_UNIT)
-        self.archived_chunks_cleared = 0  # by the last reset
         policy.setup(adapter.geometry())
         layers = policy.geometry.num_layers
         self.evidence_layers = self.config.evidence_layers or default_evidence_layers(layers)
@@ -105,14 +104,12 @@ class Session:
         self.adapter.forward(self.adapter.embed_text(ids), self.adapter.text_tokens(len(ids), PREFIX_UNIT),
                              self.policy)
 
-    def reset(self) -> int:
-        """Forget every frame and the question history, the archive's too; returns the frames
-        forgotten from the working memory (``archived_chunks_cleared``: the archive's chunks)."""
+    def reset(self) -> MemoryReset:
+        """Forget every frame and the question history, the archive's too; says what was forgotten."""
         with self._cache_lock, self._pending_lock:
             forgotten = self.memory.counts().frames
             self._clear()
-            self.archived_chunks_cleared = self.memory.clear()
-            return forgotten
+            return MemoryReset(forgotten, self.memory.clear())
 
     # -- the archive tier -------------------------------------------------------------------------
     def attach_archive(self, archive: Archive, key_layers: tuple[int, ...] = (), encoder=None) -> None:

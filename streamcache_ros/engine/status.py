@@ -217,6 +217,14 @@ class WhenAnswer:
 
 
 @dataclass(frozen=True)
+class MemoryReset:
+    """What a reset forgot: frames of the working memory, chunks deleted from the archive."""
+
+    frames: int
+    archived_chunks: int = 0
+
+
+@dataclass(frozen=True)
 class WatchAnswer:
     """A standing question's answer over one chunk's window."""
 

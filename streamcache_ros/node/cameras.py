@@ -336,7 +336,8 @@ class Cameras:
                 other.last_ingested_ns = stamp_ns if other is camera else None
             self.refresh_status()
             self.log.warning(f"{camera.topic}: stamps jumped back {back:.3f} s: memory reset "
-                                      f"({forgotten} frames forgotten, reset_on_time_jump)")
+                                      f"({forgotten.frames} frames forgotten, {forgotten.archived_chunks} archived chunks "
+                                      "deleted, reset_on_time_jump)")
         else:
             self.log.warning(f"{camera.topic}: stamps jumped back {back:.3f} s: sampling restarted, "
                                       "memory kept (reset_on_time_jump is false)")

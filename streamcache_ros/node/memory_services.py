@@ -61,8 +61,8 @@ class MemoryServices:
         def reset(r):
             self.cameras.queues.clear()  # sampled before the reset: not wanted after it
             self.cameras.memory_replaced(restart_sampling=True)
-            r.frames_cleared = self.session.reset()
-            r.archived_chunks_cleared = self.session.archived_chunks_cleared
+            forgotten = self.session.reset()
+            r.frames_cleared, r.archived_chunks_cleared = forgotten.frames, forgotten.archived_chunks
             self.log.info(f"memory reset: {r.frames_cleared} frames forgotten from the working memory, "
                           f"{r.archived_chunks_cleared} archived chunks deleted")
         return self._memory_call(response, reset)
