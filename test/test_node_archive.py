@@ -7,7 +7,9 @@ The tiny model has random weights: what is asserted is what the mechanism guaran
 weights (the same replayed chunks give the same answer; counts and stamps). Timeouts only guard
 against hangs.
 """
+import shutil
 import signal
+import sqlite3
 
 import pytest
 
@@ -39,6 +41,20 @@ def node(archive, **params):
     return tiny_node(NS, [CAM], budget_tokens=24, archive_path=str(archive), **params)
 
 
+def assert_one_file_at_rest(folder, chunks: int, copy_to) -> None:
+    """After a clean stop the archive is one file: no write-ahead log with anything in it, and a
+    copy of archive.sqlite alone holds every chunk."""
+    wal = folder / "archive.sqlite-wal"
+    assert not wal.exists() or wal.stat().st_size == 0
+    assert not (folder / "archive.sqlite-shm").exists()
+    copy_to.mkdir()
+    shutil.copy(folder / "archive.sqlite", copy_to / "archive.sqlite")
+    db = sqlite3.connect(copy_to / "archive.sqlite")
+    assert db.execute("SELECT COUNT(*) FROM chunks").fetchone()[0] == chunks
+    assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    db.close()
+
+
 def early_answer(client):
     """The question over the first 8 frames (evicted from the working memory)."""
     reply = client.ask(QUESTION, OPTIONS, since=START / S, until=(START + 7 * S) / S)
@@ -62,6 +78,7 @@ def test_the_archive_answers_across_a_sigint_and_a_kill_9_restart(domain, bags, 
             assert status.frames_in_memory < 16  # the bounded memory holds far less
         assert f"archive: {archive} (0 chunk(s) kept from before" in proc.output()  # a new archive says where it is
         assert proc.stop() == 0  # SIGINT
+    assert_one_file_at_rest(archive, FRAMES // 4, tmp_path / "copied")
     with Proc(node(archive), child_env(domain)) as proc:
         with client_of(proc, domain, NS) as c:
             assert f"archive: {archive} ({FRAMES // 4} chunk(s) kept from before" in proc.output()

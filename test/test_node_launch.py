@@ -15,6 +15,7 @@ import pytest
 from node_procs import (HANG_GUARD_S, ROOT, Probe, Proc, client_of, descendants, needs_install, new_domain, ros2_env,
                         run_launch, stop_and_check_all_gone, wait_gone)
 from streamcache_ros.tools import bagfile
+from test_node_archive import assert_one_file_at_rest
 
 from node_procs import ros_library  # noqa: E402
 
@@ -224,13 +225,18 @@ def test_a_policy_yaml_keeps_the_models_budget_and_a_far_larger_one_is_warned():
 def test_ros2_launch_replay_then_sigint(tmp_path):
     domain = new_domain()
     bag = bagfile.make_bag(tmp_path / "bag", frames=40, fps=2.0)
-    with run_launch(domain, "replay.launch.py", f"bag:={bag}", "rate:=0", "lock_step:=true", "policy:=fifo") as proc:
+    archive = tmp_path / "archive"
+    with run_launch(domain, "replay.launch.py", f"bag:={bag}", "rate:=0", "lock_step:=true", "policy:=fifo",
+                    f"archive_path:={archive}") as proc:
         with client_of(proc, domain, "/streamcache") as client:
             client.watch_memory_status().wait_for(lambda status: status.frames_received >= 40, HANG_GUARD_S)
             answer = client.ask("How many objects are in view now?")
             # 40 frames at 2 fps sampled at 1 fps: 20 frames, nothing evicted under the default budget
             assert answer.success and answer.frames_in_memory == 20, answer.error_message
+            chunks = client.memory_status().archive_chunks
         stop_and_check_all_gone(proc)
+    assert chunks >= 1
+    assert_one_file_at_rest(archive, chunks, tmp_path / "copied")  # the SIGINT reached the node through the launch
 
 
 @needs_install

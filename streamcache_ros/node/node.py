@@ -326,8 +326,8 @@ class StreamCacheNode(LifecycleNode):
         self.shown_budget.show_given()
 
     def stop(self) -> None:
-        """Called on SIGINT / shutdown from main: stop questions and the ingest thread, then write the
-        memory snapshot (memory_snapshot_path)."""
+        """Called on SIGINT / shutdown from main: stop questions and the ingest thread, write the
+        memory snapshot (memory_snapshot_path), close the archive."""
         if self._active:
             self._deactivate()
         self._stopping.set()
@@ -335,6 +335,10 @@ class StreamCacheNode(LifecycleNode):
             self._saved_at_stop = True
             if self.memory is not None:
                 self.memory.write_snapshot("shutdown")
+        if self.session is not None:
+            # one file at rest: the write-ahead log folded back, so a copy of archive.sqlite alone
+            # holds every chunk (docs/archive.md "Durability"); waits for a chunk in progress
+            self.session.close_archive()
 
     @property
     def active(self) -> bool:

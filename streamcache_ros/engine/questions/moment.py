@@ -54,7 +54,7 @@ def find_moment(tier: MemoryTier, question: str, mode: str, camera: str, window:
                                   min_run=tier.encoder.settings.min_run)
     asked = replayed = 0
     for candidate in candidates[:settings.verify_chunks]:
-        replay = tier.replay_chunks([candidate.chunk_id])
+        replay = tier.replay_chunks([candidate.chunk_id], scores)
         if replay is None:
             continue
         since, until = window.bounds()

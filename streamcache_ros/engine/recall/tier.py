@@ -52,17 +52,22 @@ class Replay:
     (docs/archive.md "Questions never stop the cameras")."""
 
     def __init__(self, chunks: list[ArchivedChunk], recalled: int, left_out: int = 0,
-                 prefill: Callable[[list[ArchivedChunk]], Any] | None = None):
+                 prefill: Callable[[list[ArchivedChunk]], tuple[Any, list, list]] | None = None):
         self.chunks = chunks
         self.recalled = recalled  # of them, the chunks brought back for their relevance to the question
         self.left_out = left_out  # the window's archived chunks the replay could not hold (read nowhere)
+        self.gone: list[ArchivedChunk] = []  # planned, then dropped by the bound before they were read
         self._prefill, self._session = prefill, None
 
     @property
     def session(self):
-        """The scratch memory over the replayed chunks alone; questions are asked of it."""
+        """The scratch memory over the replayed chunks alone; questions are asked of it. The chunks
+        are read as the archive holds them then: a part made whole meanwhile is read as the whole,
+        a chunk dropped by the bound meanwhile is left out, counted in ``left_out`` (``gone``); a
+        QuestionError when every one is gone."""
         if self._session is None:
-            self._session = self._prefill(self.chunks)
+            self._session, self.chunks, self.gone = self._prefill(self.chunks)
+            self.left_out += len(self.gone)
         return self._session
 
 
@@ -240,11 +245,19 @@ class MemoryTier:
         if unindexed or not len(stamps):
             return None
         p = rank_frames(vectors, self.encoder.embed_text(question), self.encoder.probability)
-        return FrameScores(stamps, chunk_ids, p)
+        return FrameScores(stamps, chunk_ids, p, self.archive.chunk_cameras(np.unique(chunk_ids).tolist()))
 
-    def replay_chunks(self, chunk_ids: list[int]) -> Replay | None:
-        """A short replay of exactly these archived chunks (a ``when`` verifying a candidate)."""
-        return self._replay(self.archive.by_ids(chunk_ids), recalled=len(chunk_ids))
+    def replay_chunks(self, chunk_ids: list[int], scores: FrameScores) -> Replay | None:
+        """A short replay of these archived chunks (a ``when`` verifying a candidate), as the archive
+        holds them now: a part made whole since it was ranked is replayed as the whole, a chunk
+        dropped since is left out (None when nothing is left)."""
+        planned = []
+        for chunk_id in chunk_ids:
+            stamps = scores.chunk_stamps(chunk_id)
+            planned.append(ArchivedChunk(int(chunk_id), scores.cameras.get(int(chunk_id), ""), min(stamps), max(stamps),
+                                         stamps, [], 0))
+        rows = self.archive.as_held_now(planned)
+        return self._replay(rows, recalled=len(rows))
 
     def standing_answers(self, question: str, camera: str, window: Window) -> list[tuple[ArchivedChunk, float]] | None:
         """The P(yes) a standing question got over every archived chunk of ``window``, oldest first;
@@ -307,13 +320,21 @@ class MemoryTier:
     def _replay(self, rows: list[ArchivedChunk], recalled: int, left_out: int = 0) -> Replay | None:
         return Replay(rows, recalled, max(left_out, 0), self._prefill) if rows else None
 
-    def _prefill(self, rows: list[ArchivedChunk]) -> ScratchMemory:
-        """A scratch memory over ``rows``, read through the archive's own read connection."""
+    def _prefill(self, rows: list[ArchivedChunk]) -> tuple[ScratchMemory, list[ArchivedChunk], list[ArchivedChunk]]:
+        """(a scratch memory over ``rows`` as held now, the rows replayed, the rows gone), read
+        through the archive's own read connection (``Archive.load``)."""
+        loaded, gone = self.archive.load(rows)
+        if gone:
+            log.info("archive: %d planned chunk(s) were dropped by archive_max_bytes before a question read them",
+                     len(gone))
+        if not loaded:
+            raise QuestionError(f"the {len(rows)} archived chunk(s) this question was to read were dropped by "
+                                "archive_max_bytes while it ran: ask again")
         scratch = self.make_scratch()
-        for row in self.archive.load(rows):
+        for row in loaded:
             scratch.take_in(row.chunk)
             row.chunk = None  # payloads go as soon as they are prefilled
-        return scratch
+        return scratch, loaded, gone
 
     def frames_in_window(self, camera: str, window: Window | None, held: MemoryCounts | None) -> int:
         """Frames held inside ``window`` (of ``camera``): the archive's (every chunk goes there) or,

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ...errors import ArchiveError
 from .chunk_store import ChunkStore
 from .keys import chunk_key, question_vector, relevance, unit_keys
 from .plan import question_plan, window_plan
@@ -193,9 +194,15 @@ class Archive:
         """(stamps, chunk ids, vectors, unindexed chunk ids) of the frames inside since..until."""
         return self.store.frame_index(since, until, camera)
 
-    def by_ids(self, chunk_ids: list[int]) -> list[ArchivedChunk]:
-        """The rows of these chunks, in the order given, payloads aside."""
-        return self.store.complete([ArchivedChunk(int(c), "", 0.0, 0.0, [], [], 0) for c in chunk_ids])
+    def as_held_now(self, rows: list[ArchivedChunk]) -> list[ArchivedChunk]:
+        """``rows`` (light ones will do: id, camera, the stamps planned) as held now, oldest first,
+        payloads aside: a chunk made whole from its parts since is read as that whole, a chunk the
+        bound dropped is left out (``ChunkStore.current``)."""
+        return self.store.current(rows)[0]
+
+    def chunk_cameras(self, chunk_ids) -> dict[int, str]:
+        """Each of these chunks' camera (those the archive holds)."""
+        return self.store.chunk_cameras(chunk_ids)
 
     @staticmethod
     def _scores(rows: list[ArchivedChunk], question: np.ndarray) -> np.ndarray:
@@ -205,8 +212,17 @@ class Archive:
             scores[keyed] = relevance(question, [rows[i].key for i in keyed])
         return scores
 
-    def load(self, rows: list[ArchivedChunk]) -> list[ArchivedChunk]:
-        return self.store.load(rows)
+    def load(self, rows: list[ArchivedChunk]) -> tuple[list[ArchivedChunk], list[ArchivedChunk]]:
+        """(``rows`` as held now with their payloads, the rows gone since they were planned):
+        ``ChunkStore.current``; a chunk dropped between that read and its payload's is gone too."""
+        now, gone = self.store.current(rows)
+        loaded = []
+        for row in now:
+            try:
+                loaded += self.store.load([row])
+            except ArchiveError:  # dropped by the bound between the two reads
+                gone.append(row)
+        return loaded, gone
 
     def reach(self) -> float | None:
         """The oldest stamp archived, None when empty."""

@@ -41,6 +41,9 @@ class ChunkStore(Protocol):
     def complete(self, rows: list[ArchivedChunk]) -> list[ArchivedChunk]:
         """``rows`` with every field read (stamps, standing answers), payloads aside."""
 
+    def current(self, rows: list[ArchivedChunk]) -> tuple[list[ArchivedChunk], list[ArchivedChunk]]:
+        """(``rows`` as held now: a part made whole read as the whole chunk, the rows dropped since)."""
+
     def load(self, rows: list[ArchivedChunk]) -> list[ArchivedChunk]:
         """``rows`` with their payloads (the encoded chunks to prefill again)."""
 
@@ -54,6 +57,9 @@ class ChunkStore(Protocol):
     def watch_covers(self, question: str, since: float = -math.inf, until: float = math.inf,
                      camera: str = "") -> bool:
         """Whether every chunk inside since..until has a standing answer to ``question``."""
+
+    def chunk_cameras(self, chunk_ids) -> dict[int, str]:
+        """Each of these chunks' camera (those held)."""
 
     def chunk_table(self, camera: str = "") -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """(ids, cameras, first stamps, last stamps, pinned) of every chunk (of ``camera``), oldest first."""

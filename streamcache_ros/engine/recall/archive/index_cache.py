@@ -40,6 +40,10 @@ class IndexCache:
         (stamps, ids, _, vectors, _), keep, unindexed = self._inside(since, until, camera)
         return stamps[keep], ids[keep], vectors[keep], [c for c, inside in unindexed if len(inside)]
 
+    def cameras_of(self, chunk_ids) -> dict[int, str]:
+        with self._lock:
+            return {int(c): self.entries[int(c)][0] for c in chunk_ids if int(c) in self.entries}
+
     def count(self, since: float, until: float, camera: str) -> int:
         """How many frames, indexed or not, are stamped inside since..until (of ``camera``)."""
         _, keep, unindexed = self._inside(since, until, camera)

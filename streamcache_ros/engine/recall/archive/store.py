@@ -8,116 +8,45 @@
 Why SQLite (docs/archive.md "The store"): one file a robotics engineer opens with the ``sqlite3``
 shell; a torn write is a rolled-back transaction, never a half chunk; WAL lets a reader look while
 the node writes; ``PRAGMA integrity_check`` on open finds a damaged file, and what can still be read
-is kept (``_salvage``). One writer: a lock file held with ``flock`` for as long as the node runs, which
+is kept (sqlite_file.py ``salvage``). One writer: a lock file held with ``flock`` for as long as the node runs, which
 the kernel releases when the process dies, however it dies.
 """
 from __future__ import annotations
 
 import dataclasses
-import fcntl
 import json
 import logging
 import math
 import os
 import pathlib
-import shutil
 import sqlite3
-import time
-from collections import OrderedDict
+import threading
 from collections.abc import Iterator
 
 import numpy as np
 
 from ... import failpoints
 from ...errors import ArchiveError
+from .buffer import ChunkBuffer
 from .index_cache import IndexCache
 from .record import ArchivedChunk, EncodedChunk, STORE_DTYPES, pack_tensor, unpack_tensor
-from .salvage import salvaged_rows
 from .spans import span_query, sql_stamp
 from .thumbnails import Thumbnail, frame_near, frames_between
 from .thumbnails import pack as pack_thumbnails
+# names the rest of the package (and older callers) read here
+from .sqlite_file import (DAMAGED_COPIES, DB_NAME, LOCK_NAME, SYNC_MODES, WAL_LIMIT_BYTES, backup_database,
+                          check_identity, connect, copy_bytes, damaged_copies, file_size, free_bytes, give_back_pages,
+                          keep_damaged_copies, reader, take_lock)
 
-FORMAT = 1
-DB_NAME = "archive.sqlite"
-LOCK_NAME = "archive.lock"
-WAL_LIMIT_BYTES = 4 << 20
-DAMAGED_COPIES = 2  # damaged files kept for a person to look at: the newest ones, counted apart from the bound
-SYNC_MODES = ("normal", "full")  # archive_sync (docs/archive.md "Durability")
 log = logging.getLogger("streamcache_ros.archive")
+__all__ = ["ArchiveStore", "ChunkBuffer", "DAMAGED_COPIES", "DB_NAME", "LOCK_NAME", "WAL_LIMIT_BYTES", "backup_database",
+           "free_bytes"]
 
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS chunks (
-    id INTEGER PRIMARY KEY,            -- arrival order, never reused
-    camera TEXT NOT NULL,
-    first_stamp REAL NOT NULL,         -- seconds, the stream's own clock
-    last_stamp REAL NOT NULL,
-    stamps TEXT NOT NULL,              -- JSON: every frame's stamp
-    unit_frames TEXT NOT NULL,         -- JSON: per unit, the indices of its frames in stamps
-    tokens_per_unit INTEGER NOT NULL,
-    embeds BLOB NOT NULL,              -- the visual embeddings [tokens, hidden] in meta.dtype
-    embeds_shape TEXT NOT NULL,
-    positions BLOB NOT NULL,           -- chunk-relative positions [axes, tokens], float32
-    positions_shape TEXT NOT NULL,
-    retrieval_key BLOB,                -- float16, what recall ranks by (docs/archive.md "Recall")
-    key_shape TEXT,
-    watch TEXT NOT NULL DEFAULT '{}',  -- JSON: standing question -> P(yes) over this chunk
-    pinned INTEGER NOT NULL DEFAULT 0, -- the first chunk of its camera: kept past the bound
-    bytes INTEGER NOT NULL,
-    frame_vectors BLOB,                -- float16 [frames, dim]: the index (docs/archive.md "The index")
-    vectors_shape TEXT,
-    thumbnails BLOB,                   -- every frame's JPEG, concatenated (docs/show.md)
-    thumbnail_sizes TEXT               -- JSON: each frame's JPEG byte count, 0 for none
-);
-CREATE INDEX IF NOT EXISTS chunks_by_stamp ON chunks (last_stamp);
--- rows come oldest first: the first of a span (holds, the oldest stamp) without sorting a day
-CREATE INDEX IF NOT EXISTS chunks_in_order ON chunks (first_stamp, id);
--- spans where frames were seen and are held nowhere (docs/archive.md "Holes")
-CREATE TABLE IF NOT EXISTS holes (
-    id INTEGER PRIMARY KEY,
-    camera TEXT NOT NULL,
-    since REAL NOT NULL,               -- the last stamp held before the hole (or the hole's first)
-    until REAL NOT NULL,               -- the first stamp held after it (or the hole's last)
-    reason TEXT NOT NULL,              -- bound | disk | down
-    chunks INTEGER NOT NULL DEFAULT 0  -- chunks lost in it (0: unknown, the node was down)
-);
-"""
 ROW_COLUMNS = "id, camera, first_stamp, last_stamp, stamps, unit_frames, tokens_per_unit, pinned, bytes, watch"
 INDEX_META = "index_model"  # which dual encoder made the frame vectors: another one's cannot be compared
-
-
-class ChunkBuffer:
-    """The newest chunks' payloads in RAM, bounded by bytes: recall of recent chunks reads no disk,
-    and the RAM this takes never grows past ``max_bytes`` (every chunk is on disk already)."""
-
-    def __init__(self, max_bytes: int):
-        self.max_bytes, self.bytes = int(max_bytes), 0
-        self.items: OrderedDict[int, tuple[EncodedChunk, int]] = OrderedDict()
-
-    def put(self, chunk_id: int, chunk: EncodedChunk) -> None:
-        # the bytes held in RAM, not the row's bytes on disk: the buffer keeps float32 tensors
-        size = int(chunk.embeds.nelement() * chunk.embeds.element_size()
-                   + chunk.rel_positions.nelement() * chunk.rel_positions.element_size())
-        if size > self.max_bytes:
-            return
-        self.items[chunk_id] = (chunk, size)
-        self.bytes += size
-        while self.bytes > self.max_bytes:
-            _, (_, dropped) = self.items.popitem(last=False)
-            self.bytes -= dropped
-
-    def get(self, chunk_id: int) -> EncodedChunk | None:
-        item = self.items.get(chunk_id)
-        return item[0] if item else None
-
-    def drop(self, chunk_id: int) -> None:
-        item = self.items.pop(chunk_id, None)
-        if item:
-            self.bytes -= item[1]
-
-    def clear(self) -> None:
-        self.items.clear()
-        self.bytes = 0
+# the id the next chunk takes: ids are never reused, not after a merge, the bound or a reset, so an
+# id a question planned with names that chunk or none (docs/archive.md "The store")
+NEXT_ID_META = "next_chunk_id"
 
 
 class ArchiveStore:
@@ -126,12 +55,16 @@ class ArchiveStore:
         self.folder, self.db, self._lock_file = folder, db, lock_file
         # reads go through a connection of their own: a question's replay reads off the turn lock
         # while ingest writes through ``db`` (WAL: a reader sees every committed chunk, never half one)
-        self.reader = _reader(folder / DB_NAME)
+        self.reader = reader(folder / DB_NAME)
         self.dtype, self.max_bytes = dtype, int(max_bytes)
         self.buffer = ChunkBuffer(buffer_bytes)
         self.warnings = warnings  # what opening found and mended: the node logs each as a WARN
         self._held_bytes = int(db.execute("SELECT COALESCE(SUM(bytes), 0) FROM chunks").fetchone()[0])
         self._index: IndexCache | None = None  # read from disk at the first ranking, then kept in step
+        # held by every write (the commit and the RAM index's update together) and while the RAM index
+        # is first read: a read from a snapshot older than a commit would miss that chunk for good
+        self._write_lock = threading.RLock()
+        self._next_id = _next_chunk_id(db)
         self._watched: set[str] | None = None  # the standing questions noted on any chunk
 
     # -- opening ----------------------------------------------------------------------------------
@@ -156,12 +89,12 @@ class ArchiveStore:
             raise ArchiveError(f"archive_path '{folder}' cannot be used as a folder: {err.strerror or err}") from None
         if not folder.is_dir():
             raise ArchiveError(f"archive_path '{folder}' is not a folder")
-        lock_file = _take_lock(folder, owner)
+        lock_file = take_lock(folder, owner)
         try:
             warnings: list[str] = []
-            db = _connect(folder / DB_NAME, warnings, sync)
-            _check_identity(db, folder, identity, cameras, dtype)
-            _keep_damaged_copies(folder, DAMAGED_COPIES)
+            db = connect(folder / DB_NAME, warnings, sync)
+            check_identity(db, folder, identity, cameras, dtype)
+            keep_damaged_copies(folder, DAMAGED_COPIES)
             return cls(folder, db, lock_file, dtype, max_bytes, buffer_bytes, warnings)
         except BaseException:
             lock_file.close()  # releases the lock: a refused open leaves the archive to others
@@ -200,23 +133,29 @@ class ArchiveStore:
         return self._write(chunk, key, [int(c) for c in chunk_ids])
 
     def _write(self, chunk: EncodedChunk, key: np.ndarray | None, replacing: list[int]) -> int:
-        embeds, embeds_shape = pack_tensor(chunk.embeds, self.dtype)
-        positions, positions_shape = pack_tensor(chunk.rel_positions, "float32")
-        key_blob = key_shape = None
-        if key is not None:
-            key16 = np.asarray(key, dtype=np.float16)
-            key_blob, key_shape = key16.tobytes(), json.dumps(list(key16.shape))
-        vectors_blob = vectors_shape = None
-        if chunk.frame_vectors is not None:
-            vectors16 = np.asarray(chunk.frame_vectors, dtype=np.float16)
-            vectors_blob, vectors_shape = vectors16.tobytes(), json.dumps(list(vectors16.shape))
-        thumbs_blob, thumbs_sizes = pack_thumbnails(chunk.thumbnails)
-        # the thumbnails count in the bound: archive_max_bytes bounds what is on disk (docs/show.md)
-        size = (len(embeds) + len(positions) + (len(key_blob) if key_blob else 0) + len(vectors_blob or b"")
-                + len(thumbs_blob or b""))
-        freed, watch = 0, {}
+        row = _packed(chunk, key, self.dtype)
+        with self._write_lock:
+            chunk_id = self._commit(chunk.camera, row, replacing)
+            for part in replacing:
+                self.buffer.drop(part)
+                if self._index is not None:
+                    self._index.drop(part)
+            # the buffer holds what the disk holds (the store's dtype), so a recall is the same from either
+            stored = dataclasses.replace(chunk, embeds=unpack_tensor(row["embeds"], row["embeds_shape"], self.dtype),
+                                         frame_vectors=None, thumbnails=None)  # recall never reads them: not in RAM
+            self.buffer.put(chunk_id, stored)
+            if self._index is not None:
+                vectors = row["frame_vectors"]
+                self._index.add(chunk_id, chunk.camera, chunk.stamps, None if vectors is None else np.frombuffer(
+                    vectors, np.float16).reshape(json.loads(row["vectors_shape"])), bool(row["pinned"]))
+            self._keep_within_bound()
+            return chunk_id
+
+    def _commit(self, camera: str, row: dict, replacing: list[int]) -> int:
+        """``row`` (``_packed``) in one transaction, in place of the chunks ``replacing``; its id."""
+        chunk_id, freed, watch = self._next_id, 0, {}
         with self.db:  # the chunk and its index entry in one transaction: never one without the other
-            pinned = self.db.execute("SELECT 1 FROM chunks WHERE camera = ? LIMIT 1", (chunk.camera,)).fetchone() is None
+            pinned = self.db.execute("SELECT 1 FROM chunks WHERE camera = ? LIMIT 1", (camera,)).fetchone() is None
             for part, part_pinned, part_watch, part_bytes in self.db.execute(
                     f"SELECT id, pinned, watch, bytes FROM chunks WHERE id IN ({', '.join('?' * len(replacing))})",
                     replacing).fetchall() if replacing else []:
@@ -225,31 +164,12 @@ class ArchiveStore:
                     watch[question] = max(watch.get(question, 0.0), p)
                 freed += int(part_bytes)
                 self.db.execute("DELETE FROM chunks WHERE id = ?", (part,))
-            cursor = self.db.execute(
-                "INSERT INTO chunks (camera, first_stamp, last_stamp, stamps, unit_frames, tokens_per_unit, embeds, "
-                "embeds_shape, positions, positions_shape, retrieval_key, key_shape, pinned, bytes, frame_vectors, "
-                "vectors_shape, watch, thumbnails, thumbnail_sizes) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
-                "?, ?, ?)",
-                (chunk.camera, min(chunk.stamps), max(chunk.stamps), json.dumps(chunk.stamps),
-                 json.dumps([list(u) for u in chunk.unit_frames]), chunk.tokens_per_unit, embeds, embeds_shape,
-                 positions, positions_shape, key_blob, key_shape, int(pinned), size, vectors_blob, vectors_shape,
-                 json.dumps(watch), thumbs_blob, thumbs_sizes))
+            row.update(id=chunk_id, pinned=int(pinned), watch=json.dumps(watch))
+            self.db.execute(f"INSERT INTO chunks ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})", list(row.values()))
+            self.db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (NEXT_ID_META, str(chunk_id + 1)))
             failpoints.hit("archive", step="insert")
-        chunk_id = int(cursor.lastrowid)
-        self._held_bytes += size - freed
-        for part in replacing:
-            self.buffer.drop(part)
-            if self._index is not None:
-                self._index.drop(part)
-        # the buffer holds what the disk holds (the store's dtype), so a recall is the same from either
-        stored = dataclasses.replace(chunk, embeds=unpack_tensor(embeds, embeds_shape, self.dtype), frame_vectors=None,
-                                     thumbnails=None)  # recall never reads them: not held in RAM
-        self.buffer.put(chunk_id, stored)
-        if self._index is not None:
-            self._index.add(chunk_id, chunk.camera, chunk.stamps,
-                            None if vectors_blob is None else np.frombuffer(vectors_blob, np.float16).reshape(
-                                np.asarray(chunk.frame_vectors).shape), pinned)
-        self._keep_within_bound()
+        self._next_id = chunk_id + 1
+        self._held_bytes += row["bytes"] - freed
         return chunk_id
 
     def note_watch(self, chunk_id: int, answers: dict[str, float]) -> None:
@@ -266,6 +186,8 @@ class ArchiveStore:
             self.db.execute("UPDATE chunks SET watch = ? WHERE id = ?", (json.dumps(merged), chunk_id))
 
     def _keep_within_bound(self) -> None:
+        """The oldest unpinned chunks deleted until the bytes held are within the bound (under the
+        write lock: the RAM index drops them in step)."""
         if self._held_bytes <= self.max_bytes:
             return
         dropped, held = [], self._held_bytes
@@ -288,21 +210,27 @@ class ArchiveStore:
             if self._index is not None:
                 self._index.drop(chunk_id)
         if dropped:
-            _give_back_pages(self.db)
+            give_back_pages(self.db)
 
     def clear(self) -> int:
-        """Forget every chunk and hole (reset_memory); the file stays, small again. Returns the
-        chunks deleted."""
-        with self.db:
-            deleted = self.db.execute("DELETE FROM chunks").rowcount
-            self.db.execute("DELETE FROM holes")
-        _give_back_pages(self.db)
+        """Forget every chunk and hole (reset_memory); the file stays, small again, and the ids go on
+        from where they were. Returns the chunks deleted."""
+        with self._write_lock:
+            with self.db:
+                deleted = self.db.execute("DELETE FROM chunks").rowcount
+                self.db.execute("DELETE FROM holes")
+            give_back_pages(self.db)
+            self.fold_log()
+            self._held_bytes = 0
+            self.buffer.clear()
+            self._index = IndexCache()  # known to be empty: kept in step from the next chunk on
+            self._watched = None
+            return int(deleted)
+
+    def fold_log(self) -> None:
+        """The write-ahead log folded back into the file and cut to nothing, after a write far larger
+        than a chunk's (a reset, an index dropped): at rest the log stays inside WAL_LIMIT_BYTES."""
         self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
-        self._held_bytes = 0
-        self.buffer.clear()
-        self._index = None
-        self._watched = None
-        return int(deleted)
 
     # -- holes (docs/archive.md "Holes") -----------------------------------------------------------
     def note_hole(self, camera: str, since: float, until: float, reason: str, chunks: int = 0) -> None:
@@ -363,21 +291,34 @@ class ArchiveStore:
                 yield chunk
 
     def use_index(self, index_model: str) -> None:
-        """The frame vectors from now on come from ``index_model``. Vectors another model made
-        cannot be ranked against this one's questions: they are dropped (a warning says so), and
-        their chunks are searched as unindexed ones are."""
-        stored = self.db.execute("SELECT value FROM meta WHERE key = ?", (INDEX_META,)).fetchone()
-        with self.db:
-            if stored is not None and stored[0] != index_model:
-                dropped = self.db.execute("UPDATE chunks SET frame_vectors = NULL, vectors_shape = NULL "
-                                          "WHERE frame_vectors IS NOT NULL").rowcount
-                if dropped:
-                    self.warnings.append(f"archive '{self.folder}' was indexed by '{stored[0]}', this node indexes with "
-                                         f"'{index_model}': the index of its {dropped} older chunk(s) is dropped, and "
-                                         "a when over them walks them instead")
-                    log.warning(self.warnings[-1])
-            self.db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (INDEX_META, index_model))
-        self._index = None
+        """The frame vectors from now on come from ``index_model`` (the dual encoder's identity: its
+        folder's name and a hash of its weights and config, ``RetrievalEncoder.identity``). Vectors
+        another model made cannot be ranked against this one's questions: they are dropped (a warning
+        says so), and their chunks are searched as unindexed ones are. An archive indexed before
+        identities held a hash names its model by folder alone: taken as this one when the names
+        match (nothing else can be known of it), with a warning."""
+        with self._write_lock:
+            stored = self.db.execute("SELECT value FROM meta WHERE key = ?", (INDEX_META,)).fetchone()
+            stored = stored[0] if stored is not None else None
+            dropped = 0
+            with self.db:
+                if stored is not None and stored != index_model:
+                    if "@" not in stored and index_model.split("@")[0] == stored:
+                        self.warnings.append(f"archive '{self.folder}' was indexed by '{stored}' before indexes were "
+                                             f"known by their weights: taken as this node's '{index_model}'")
+                        log.warning(self.warnings[-1])
+                    else:
+                        dropped = self.db.execute("UPDATE chunks SET frame_vectors = NULL, vectors_shape = NULL "
+                                                  "WHERE frame_vectors IS NOT NULL").rowcount
+                    if dropped:
+                        self.warnings.append(f"archive '{self.folder}' was indexed by '{stored}', this node indexes "
+                                             f"with '{index_model}': the index of its {dropped} older chunk(s) is "
+                                             "dropped, and a when over them walks them instead")
+                        log.warning(self.warnings[-1])
+                self.db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (INDEX_META, index_model))
+            if dropped:
+                self.fold_log()  # every indexed row was written again: a log of their size otherwise stays
+            self._index = None
 
     def frame_index(self, since: float = -math.inf, until: float = math.inf,
                     camera: str = "") -> tuple[np.ndarray, np.ndarray, np.ndarray, list[int]]:
@@ -385,6 +326,10 @@ class ArchiveStore:
         frame stamped inside since..until (of ``camera``), oldest first; the chunks there without
         vectors are listed apart."""
         return self._cached_index().window(since, until, camera)
+
+    def chunk_cameras(self, chunk_ids) -> dict[int, str]:
+        """Each of these chunks' camera, from the index's RAM copy (those it holds)."""
+        return self._cached_index().cameras_of(chunk_ids)
 
     def chunk_table(self, camera: str = "") -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """(ids, cameras, first stamps, last stamps, pinned) of every chunk (of ``camera``), oldest first."""
@@ -395,9 +340,13 @@ class ArchiveStore:
         return self._cached_index().oldest(since, until, camera)
 
     def _cached_index(self) -> IndexCache:
-        if self._index is None:
-            self._index = self._read_index()
-        return self._index
+        index = self._index
+        if index is not None:
+            return index
+        with self._write_lock:  # no commit between the read and the cache being there to keep in step
+            if self._index is None:
+                self._index = self._read_index()
+            return self._index
 
     def _read_index(self) -> IndexCache:
         """Every chunk's frame vectors from disk, once (a day: 0.3 s), into RAM."""
@@ -466,6 +415,31 @@ class ArchiveStore:
             found[row.chunk_id].key = row.key
         return [found[row.chunk_id] for row in rows]
 
+    def current(self, rows: list[ArchivedChunk]) -> tuple[list[ArchivedChunk], list[ArchivedChunk]]:
+        """(``rows`` as the archive holds them now, the rows that are gone): a question plans its rows,
+        then reads them off the turn lock, and meanwhile a chunk may have been made whole from its
+        parts (its parts' rows replaced by one) or dropped by the bound. A part is read as the whole
+        chunk that holds its frames now (once, however many of its parts were planned); a dropped
+        chunk is gone. Whole rows, oldest first, payloads aside (docs/archive.md "Questions never
+        stop the cameras")."""
+        if not rows:
+            return [], []
+        marks = ", ".join("?" * len(rows))
+        held = {int(r[0]): _row(r) for r in self.reader.execute(
+            f"SELECT {ROW_COLUMNS} FROM chunks WHERE id IN ({marks})", [row.chunk_id for row in rows])}
+        now, gone = dict(held), []
+        for row in rows:
+            if row.chunk_id in held:
+                continue
+            query, args = span_query(ROW_COLUMNS, row.first_stamp, row.last_stamp, row.camera)
+            wanted = set(row.stamps) or None  # light rows carry no stamps: their span decides
+            holders = [_row(r) for r in self.reader.execute(query, args)]
+            holders = [h for h in holders if wanted is None or wanted & set(h.stamps)]
+            if not holders:
+                gone.append(row)
+            for holder in holders:
+                now.setdefault(holder.chunk_id, holder)
+        return sorted(now.values(), key=lambda r: (r.first_stamp, r.chunk_id)), gone
 
     def load(self, rows: list[ArchivedChunk]) -> list[ArchivedChunk]:
         """``rows`` with their payloads (``chunk``), from the RAM buffer where it has them."""
@@ -488,14 +462,14 @@ class ArchiveStore:
         """Chunks, bytes held (payloads), the bound, the files' bytes on disk, the free bytes of their
         file system, the oldest and newest stamps, and the folder (the fields of ArchiveStatus)."""
         count, oldest, newest = self.reader.execute("SELECT COUNT(*), MIN(first_stamp), MAX(last_stamp) FROM chunks").fetchone()
-        file_bytes = sum(_size(self.folder / (DB_NAME + suffix)) for suffix in ("", "-wal", "-shm"))
-        damaged = _damaged_copies(self.folder)
+        file_bytes = sum(file_size(self.folder / (DB_NAME + suffix)) for suffix in ("", "-wal", "-shm"))
+        damaged = damaged_copies(self.folder)
         disk_free = free_bytes(self.folder)
         return {"chunks": int(count), "bytes": self._held_bytes, "max_bytes": self.max_bytes, "file_bytes": file_bytes,
                 "disk_free_bytes": disk_free, "oldest_stamp": float(oldest) if oldest is not None else 0.0,
                 "newest_stamp": float(newest) if newest is not None else 0.0, "path": str(self.folder),
                 # damaged files kept for a person (at most DAMAGED_COPIES), counted apart from the bound
-                "damaged_copies": [str(p) for p in damaged], "damaged_bytes": sum(_copy_bytes(p) for p in damaged),
+                "damaged_copies": [str(p) for p in damaged], "damaged_bytes": sum(copy_bytes(p) for p in damaged),
                 "holes": int(self.reader.execute("SELECT COUNT(*) FROM holes").fetchone()[0])}
 
     # -- thumbnails (docs/show.md) ----------------------------------------------------------------
@@ -532,231 +506,32 @@ def _row(row) -> ArchivedChunk:
                          pinned=bool(row[7]), bytes=int(row[8]), watch=json.loads(row[9]))
 
 
-def _take_lock(folder: pathlib.Path, owner: str):
-    path = folder / LOCK_NAME
-    lock_file = open(path, "a+", encoding="utf-8")  # noqa: SIM115 - held open for the archive's life
-    try:
-        fcntl.flock(lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        lock_file.seek(0)
-        holder = lock_file.read().strip() or "another process"
-        lock_file.close()
-        raise ArchiveError(f"archive '{folder}' is in use by {holder}: each node needs an archive_path of its own "
-                           "(the default is one per node name)") from None
-    lock_file.seek(0)
-    lock_file.truncate()
-    lock_file.write(f"{owner or 'a node'} (pid {os.getpid()}, since {time.strftime('%Y-%m-%d %H:%M:%S')})\n")
-    lock_file.flush()
-    return lock_file
+def _packed(chunk: EncodedChunk, key: np.ndarray | None, dtype: str) -> dict:
+    """A chunk's row as its columns' values (id, pinned and watch filled in at the commit)."""
+    embeds, embeds_shape = pack_tensor(chunk.embeds, dtype)
+    positions, positions_shape = pack_tensor(chunk.rel_positions, "float32")
+    key_blob = key_shape = None
+    if key is not None:
+        key16 = np.asarray(key, dtype=np.float16)
+        key_blob, key_shape = key16.tobytes(), json.dumps(list(key16.shape))
+    vectors_blob = vectors_shape = None
+    if chunk.frame_vectors is not None:
+        vectors16 = np.asarray(chunk.frame_vectors, dtype=np.float16)
+        vectors_blob, vectors_shape = vectors16.tobytes(), json.dumps(list(vectors16.shape))
+    thumbs_blob, thumbs_sizes = pack_thumbnails(chunk.thumbnails)
+    # the thumbnails count in the bound: archive_max_bytes bounds what is on disk (docs/show.md)
+    size = (len(embeds) + len(positions) + len(key_blob or b"") + len(vectors_blob or b"") + len(thumbs_blob or b""))
+    return {"camera": chunk.camera, "first_stamp": min(chunk.stamps), "last_stamp": max(chunk.stamps),
+            "stamps": json.dumps(chunk.stamps), "unit_frames": json.dumps([list(u) for u in chunk.unit_frames]),
+            "tokens_per_unit": chunk.tokens_per_unit, "embeds": embeds, "embeds_shape": embeds_shape,
+            "positions": positions, "positions_shape": positions_shape, "retrieval_key": key_blob,
+            "key_shape": key_shape, "pinned": 0, "bytes": size, "frame_vectors": vectors_blob,
+            "vectors_shape": vectors_shape, "thumbnails": thumbs_blob, "thumbnail_sizes": thumbs_sizes}
 
 
-def _connect(path: pathlib.Path, warnings: list[str], sync: str = "normal") -> sqlite3.Connection:
-    """The database, checked; a damaged one is salvaged (what reads is kept) with a warning."""
-    try:
-        db = _open_db(path, sync)
-        verdict = db.execute("PRAGMA quick_check").fetchone()[0]
-        if verdict == "ok":
-            return db
-        db.close()
-        reason = verdict
-    except sqlite3.DatabaseError as err:
-        reason = str(err)
-    return _salvage(path, reason, warnings, sync)
-
-
-def _open_db(path: pathlib.Path, sync: str = "normal") -> sqlite3.Connection:
-    fresh = not path.exists() or path.stat().st_size == 0  # a zero-byte file is a new archive: it gets auto_vacuum
-    db = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
-    db.isolation_level = "DEFERRED"  # ``with db`` makes one transaction
-    if fresh:
-        db.execute("PRAGMA auto_vacuum = INCREMENTAL")  # only before the first table
-    db.execute("PRAGMA journal_mode = WAL")
-    # NORMAL in WAL mode: a commit survives the process dying (kill -9); a power cut may lose the
-    # commits since the last checkpoint, never the file. FULL syncs every commit (docs/archive.md "Durability")
-    db.execute(f"PRAGMA synchronous = {sync.upper()}")
-    # the write-ahead log is folded back every 1 MiB and cut to at most 4 MiB after, so the files on
-    # disk stay near archive_max_bytes however long the node runs
-    db.execute("PRAGMA wal_autocheckpoint = 256")
-    db.execute(f"PRAGMA journal_size_limit = {WAL_LIMIT_BYTES}")
-    db.executescript(SCHEMA)
-    columns = {row[1] for row in db.execute("PRAGMA table_info(chunks)")}
-    # files from before the index, and from before the thumbnails
-    for column in ("frame_vectors BLOB", "vectors_shape TEXT", "thumbnails BLOB", "thumbnail_sizes TEXT"):
-        if column.split()[0] not in columns:
-            db.execute(f"ALTER TABLE chunks ADD COLUMN {column}")
-    return db
-
-
-def _reader(path: pathlib.Path) -> sqlite3.Connection:
-    reader = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
-    reader.execute("PRAGMA query_only = 1")
-    return reader
-
-
-def _salvage(path: pathlib.Path, reason: str, warnings: list[str], sync: str = "normal") -> sqlite3.Connection:
-    """Every row whose pages are all still there, read page by page (salvage.py), streamed into a
-    new file in small transactions (RAM holds a batch, not the archive); the damaged file is set
-    aside for a person to look at (the newest DAMAGED_COPIES are kept, counted apart)."""
-    aside = path.with_name(f"{path.name}.damaged-{time.strftime('%Y%m%d-%H%M%S')}.{time.time_ns() % 10**9:09d}")
-    for suffix in ("", "-wal", "-shm"):
-        part = pathlib.Path(str(path) + suffix)
-        if part.exists():
-            part.rename(pathlib.Path(str(aside) + suffix))
-    db = _open_db(path, sync)
-    names = {table: [row[1] for row in db.execute(f"PRAGMA table_info({table})")] for table in ("meta", "chunks", "holes")}
-    kept, bad, batch = 0, 0, []
-
-    def write(rows) -> None:
-        with db:
-            for table, values in rows:
-                columns = names[table][:len(values)]  # a row from before a column was added has fewer
-                db.execute(f"INSERT OR IGNORE INTO {table} ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})",
-                           values)
-
-    try:
-        for table, rowid, values in salvaged_rows(aside):
-            if table not in names or len(values) > len(names[table]):
-                continue
-            if table in ("chunks", "holes"):
-                values = [rowid] + values[1:]  # the id column is the rowid: the record holds NULL there
-            if table == "chunks" and not _row_is_whole(dict(zip(names["chunks"], values))):
-                bad += 1
-                continue
-            kept += table == "chunks"
-            batch.append((table, values))
-            if len(batch) >= 16:
-                write(batch)
-                batch = []
-        write(batch)
-    except ValueError as err:  # not an SQLite file at all: nothing to read
-        reason = f"{reason}; {err}"
-    warnings.append(f"archive file '{path}' was damaged ({reason}): kept the {kept} chunk(s) whose pages are intact"
-                    + (f", {bad} more had damaged bytes" if bad else "")
-                    + f"; the damaged file is at '{aside}' (remove it once looked at: until then /diagnostics "
-                    "says the archive was damaged)")
-    return db  # the warning is the opener's to log (the node logs each once)
-
-
-def free_bytes(folder: str | os.PathLike) -> int:
-    """The free bytes of the file system ``folder`` is on; 0 when it cannot be read (the folder was
-    removed under the node: the diagnostic then says the disk is full)."""
-    try:
-        return shutil.disk_usage(folder).free
-    except OSError:
-        return 0
-
-
-def _row_is_whole(row: dict) -> bool:
-    """Whether a salvaged chunk's payloads have the bytes their shapes say (a page may read and
-    still hold another row's bytes)."""
-    try:
-        for blob, shape, width in (("embeds", "embeds_shape", None), ("positions", "positions_shape", 4)):
-            dims = json.loads(row[shape])
-            count = int(np.prod(dims))
-            if width is None:
-                if len(row[blob]) not in (2 * count, 4 * count):
-                    return False
-            elif len(row[blob]) != width * count:
-                return False
-        json.loads(row["stamps"])
-        json.loads(row["unit_frames"])
-        return isinstance(row["camera"], str)
-    except (KeyError, TypeError, ValueError):
-        return False
-
-
-def _give_back_pages(db: sqlite3.Connection) -> None:
-    """Free pages back to the file system (docs/archive.md "Space"). ``incremental_vacuum`` frees
-    one page per step of its statement, and Python's sqlite3 steps a statement without result
-    columns once: so one statement per free page, all in one transaction (one commit)."""
-    free = int(db.execute("PRAGMA freelist_count").fetchone()[0])
-    if not free:
-        return
-    db.execute("BEGIN")
-    try:
-        for _ in range(free):
-            db.execute("PRAGMA incremental_vacuum(1)")
-        db.execute("COMMIT")
-    except BaseException:
-        db.execute("ROLLBACK")
-        raise
-
-
-def _size(path: pathlib.Path) -> int:
-    try:
-        return path.stat().st_size
-    except OSError:
-        return 0
-
-
-def _damaged_copies(folder: pathlib.Path) -> list[pathlib.Path]:
-    """The damaged files set aside, oldest first (their -wal/-shm go with them)."""
-    return sorted((p for p in folder.glob(DB_NAME + ".damaged-*") if not p.name.endswith(("-wal", "-shm"))),
-                  key=lambda p: p.stat().st_mtime_ns)
-
-
-def _copy_bytes(path: pathlib.Path) -> int:
-    return sum(_size(pathlib.Path(str(path) + suffix)) for suffix in ("", "-wal", "-shm"))
-
-
-def _keep_damaged_copies(folder: pathlib.Path, keep: int) -> None:
-    """At most ``keep`` damaged files: a robot whose disk keeps tearing does not fill it with them."""
-    copies = _damaged_copies(folder)
-    for old in copies[:max(len(copies) - keep, 0)]:
-        for suffix in ("", "-wal", "-shm"):
-            pathlib.Path(str(old) + suffix).unlink(missing_ok=True)
-        log.warning("archive: removed the older damaged copy '%s' (at most %d are kept)", old, keep)
-
-
-def backup_database(source: pathlib.Path, destination: str | os.PathLike) -> pathlib.Path:
-    """SQLite's online backup of ``source`` into ``destination`` (a file, or a folder, named or
-    without a suffix, for archive.sqlite): a consistent copy of every committed chunk while a writer
-    goes on. Returns the file written; ArchiveError when it cannot be."""
-    target = pathlib.Path(destination).expanduser()
-    if target.is_dir() or not target.suffix:  # a folder: what a node, or streamcache-archive, opens
-        target = target / DB_NAME
-    if target.resolve() == source.resolve():
-        raise ArchiveError(f"backup destination '{target}' is the archive itself")
-    partial = target.with_name(target.name + ".partial")
-    try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        partial.unlink(missing_ok=True)
-        src = sqlite3.connect(f"file:{source}?mode=ro", uri=True)
-        dst = sqlite3.connect(str(partial))
-        try:
-            # in one step: the snapshot of one read transaction. In steps, every commit the node
-            # makes meanwhile restarts the copy, and under a steady stream it might never end
-            src.backup(dst)
-            dst.execute("PRAGMA journal_mode = DELETE")  # a backup is one file, WAL or not
-        finally:
-            dst.close()
-            src.close()
-        partial.replace(target)  # never a half copy under the final name
-    except (sqlite3.Error, OSError) as err:
-        partial.unlink(missing_ok=True)
-        raise ArchiveError(f"archive backup to '{target}' failed: {err}") from None
-    return target
-
-
-def _check_identity(db: sqlite3.Connection, folder: pathlib.Path, identity: dict, cameras: tuple[str, ...],
-                    dtype: str) -> None:
-    """A new archive takes this model's identity; an old one must have it, and hold no camera this
-    node does not have."""
-    stored = dict(db.execute("SELECT key, value FROM meta").fetchall())
-    wanted = {"format": str(FORMAT), "dtype": dtype, **{k: str(v) for k, v in identity.items()}}
-    if not stored:
-        with db:
-            db.executemany("INSERT INTO meta (key, value) VALUES (?, ?)", sorted(wanted.items()))
-        return
-    for key, value in wanted.items():
-        if stored.get(key) != value:
-            raise ArchiveError(f"archive '{folder}' was written with {key} '{stored.get(key)}', this node has '{value}': "
-                               "its chunks cannot be recalled here; give this node another archive_path, or move "
-                               "that folder away")
-    if cameras:
-        held = [c for (c,) in db.execute("SELECT DISTINCT camera FROM chunks").fetchall()]
-        foreign = [c for c in held if c not in cameras]
-        if foreign:
-            raise ArchiveError(f"archive '{folder}' holds frames of camera(s) {', '.join(repr(c) for c in foreign)} "
-                               f"that this node does not have (its cameras: {', '.join(repr(c) for c in cameras)}); "
-                               "give this node another archive_path, or configure those cameras")
+def _next_chunk_id(db: sqlite3.Connection) -> int:
+    """The id the next chunk takes: past every id given so far (the meta row; an archive from before
+    it, or one salvaged without it, from its newest row)."""
+    stored = db.execute("SELECT value FROM meta WHERE key = ?", (NEXT_ID_META,)).fetchone()
+    newest = int(db.execute("SELECT COALESCE(MAX(id), 0) FROM chunks").fetchone()[0])
+    return max(int(stored[0]) if stored else 0, newest + 1)

@@ -8,7 +8,7 @@ answers (recall/tier.py), newest first for ``last`` and oldest first for ``first
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
@@ -21,13 +21,18 @@ class FrameScores:
     stamps: np.ndarray
     chunk_ids: np.ndarray
     probability: np.ndarray
+    cameras: dict[int, str] = field(default_factory=dict)  # each chunk's camera (chunk id -> camera)
 
     def __len__(self) -> int:
         return len(self.stamps)
 
     def inside(self, since: float, until: float) -> "FrameScores":
         keep = (self.stamps >= since) & (self.stamps <= until)
-        return FrameScores(self.stamps[keep], self.chunk_ids[keep], self.probability[keep])
+        return FrameScores(self.stamps[keep], self.chunk_ids[keep], self.probability[keep], self.cameras)
+
+    def chunk_stamps(self, chunk_id: int) -> list[float]:
+        """The stamps of ``chunk_id``'s frames scored here (those inside the window ranked)."""
+        return self.stamps[self.chunk_ids == chunk_id].tolist()
 
 
 def rank_frames(vectors: np.ndarray, query: np.ndarray, probability: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
