@@ -13,8 +13,17 @@ working memory alone answers). The GPU cache is the same for both by constructio
 it. ``last_seen`` / ``first_seen`` go through ``when`` (±2 s). Beside them, in the same run, the
 full cache at 128 frames of each stream: the target's reference.
 
+Negatives are asked as carefully as positives: each stream keeps three identities out on purpose
+(never shown), so "no" is always there to ask. ``seen`` is the world's question (yes or no with even
+odds: a "no" is an identity not seen so far); ``seen@window`` asks "did you see" over windows of 60
+to 480 frames before the mark (yes or no with even odds; a "no" is seen elsewhere or never,
+``world.ask_seen_in_window``); ``never_seen`` is ``when`` last for a kept-out identity (right: not
+found) beside ``last_seen`` / ``first_seen`` for seen ones. For every yes/no kind the JSON reports what
+always-yes and always-no score on the same mix, and the margin over the better.
+
 Recorded per mark: accuracy per kind, with and without; a question's cost in ms and as a multiple
-of one ask on the working memory; KV bytes, process RSS and archive bytes; per-chunk time.
+of one ask on the working memory (``when`` at its best, a moment found, and at its worst, never
+true); KV bytes, process RSS and archive bytes; per-chunk time.
 """
 from __future__ import annotations
 
@@ -39,8 +48,12 @@ from streamcache_ros.engine.recall.archive import Archive, ArchiveSettings  # no
 
 SEED = 510_000_000
 OPTION_KINDS = ("first_color", "first_shape", "seen")
-WHEN_MODES = {"last_seen": "last", "first_seen": "first"}
+WHEN_MODES = {"last_seen": "last", "first_seen": "first", "never_seen": "last"}
 KINDS = OPTION_KINDS + tuple(WHEN_MODES)
+# the kinds answered yes or no (a when: found or not), and whether each record's truth is yes
+YES_NO_KINDS = ("seen", "seen@window", "last_seen", "first_seen", "never_seen")
+KEPT_OUT = 3  # identities each stream never shows, so that a long stream still has "no" to ask
+WINDOW_SIZES = (60, 120, 480)
 REFERENCE_FRAMES = 128
 EQUAL_BYTES_AT = 512
 
@@ -66,11 +79,39 @@ def without_index(session):
     return set_aside(session.memory, "encoder")
 
 
+def never_seen(stream, n: int, absent: tuple, rng) -> world.Question:
+    """``when`` last for an identity the stream never showed (its right answer: not found)."""
+    shape, colour = absent[int(rng.integers(len(absent)))]
+    probe = world.SEEN_PROBE.format(colour=colour, shape=shape)
+    return world.Question("never_seen", probe, [], -1, n, [], answer_frame=-1, probe=probe)
+
+
+def windowed_seen(stream, n: int, rng) -> list[world.Question]:
+    """"Did you see" over a window of each WINDOW_SIZES before ``n`` (yes or no with even odds)."""
+    out = []
+    for size in WINDOW_SIZES:
+        if size <= n:
+            first = int(rng.integers(0, n - size + 1))
+            out += stream.window_questions(n, first, first + size - 1, rng, ("seen",))
+    return out
+
+
+def truth_yes(q) -> bool | None:
+    """Whether the true answer of a yes/no kind is yes (a when: found); None for other kinds."""
+    if q.kind in ("last_seen", "first_seen"):
+        return True
+    if q.kind == "never_seen":
+        return False
+    return q.answer == "yes" if q.kind == "seen" else None
+
+
 def ask(session, q, stream, window: tuple[float, float] | None = None) -> tuple[bool, float, int]:
     """(right, ms, chunks recalled) for one world question (over ``window`` when given)."""
     started = time.perf_counter()
     if q.kind in WHEN_MODES:
         found = session.when(q.probe, WHEN_MODES[q.kind])
+        if q.kind == "never_seen":
+            return not found.found, (time.perf_counter() - started) * 1e3, found.recalled_chunks
         right = found.found and abs(found.stamp - stream.stamp(q.answer_frame)) <= LAST_SEEN_TOLERANCE_S
         return right, (time.perf_counter() - started) * 1e3, found.recalled_chunks
     since, until = window or (None, None)
@@ -83,7 +124,8 @@ def run_stream(adapter, seed: int, frames: int, policies: tuple[str, ...], fract
                trace: list[dict] | None = None, budget_tokens: int = 0, head_map_path: str = "",
                encoder=None, compare: bool = True) -> list[dict]:
     points = sorted(set(marks or hour_points(frames)) | {REFERENCE_FRAMES})
-    stream = world.make_long_stream(seed, frames, question_points=points)
+    absent = world.kept_out(seed, KEPT_OUT)
+    stream = world.make_long_stream(seed, frames, question_points=points, absent=absent)
     g = geometry_for(adapter, stream.look, head_map_path)
     full_tokens = g.prefix + EQUAL_BYTES_AT / g.frames_per_unit * g.tokens_per_unit
     target = g.prefix + budget_tokens if budget_tokens else fraction * full_tokens
@@ -111,12 +153,13 @@ def run_stream(adapter, seed: int, frames: int, policies: tuple[str, ...], fract
         if n not in points:
             continue
         rng = np.random.default_rng((seed, n, 5))
-        questions = stream.questions(n, rng, KINDS)
+        questions = stream.questions(n, rng, [k for k in KINDS if k != "never_seen"]) + [never_seen(stream, n, absent, rng)]
         base = {"seed": seed, "length": n}
         if n == REFERENCE_FRAMES:
             for q in questions:
                 right, ms, _ = ask(reference, q, stream)
-                records.append({**base, "policy": "full", "archive": False, "kind": q.kind, "correct": right, "ms": ms})
+                records.append({**base, "policy": "full", "archive": False, "kind": q.kind, "correct": right, "ms": ms,
+                                "truth_yes": truth_yes(q)})
             continue
         for policy, session in sessions.items():
             one_ask = []
@@ -130,23 +173,26 @@ def run_stream(adapter, seed: int, frames: int, policies: tuple[str, ...], fract
                      "archive_bytes": status.archive.bytes, "archive_chunks": status.archive.chunks,
                      "chunk_ms": float(np.median(chunk_ms[policy][-50:])), "one_ask_ms": float(np.median(one_ask))}
             for q in questions:
+                yes = truth_yes(q)
                 with working_memory_only(session):
                     right, ms, _ = ask(session, q, stream)
                 records.append({**base, **state, "policy": policy, "archive": False, "kind": q.kind, "correct": right,
-                                "ms": ms})
+                                "ms": ms, "truth_yes": yes})
                 right, ms, recalled = ask(session, q, stream)
                 records.append({**base, **state, "policy": policy, "archive": True, "kind": q.kind, "correct": right,
-                                "ms": ms, "recalled_chunks": recalled, "index": encoder is not None})
+                                "ms": ms, "recalled_chunks": recalled, "index": encoder is not None, "truth_yes": yes})
                 if encoder is not None and compare:  # side by side on the same memory: the archive without its index
                     with without_index(session):
                         right, ms, recalled = ask(session, q, stream)
                     records.append({**base, **state, "policy": policy, "archive": True, "kind": q.kind,
-                                    "correct": right, "ms": ms, "recalled_chunks": recalled, "index": False})
-                if q.kind == "seen":  # the same question over its own window: the whole stream so far
-                    right, ms, recalled = ask(session, q, stream, (stream.stamp(0), stream.stamp(n - 1)))
-                    records.append({**base, **state, "policy": policy, "archive": True, "kind": "seen@window",
-                                    "correct": right, "ms": ms, "recalled_chunks": recalled,
-                                    "index": encoder is not None})
+                                    "correct": right, "ms": ms, "recalled_chunks": recalled, "index": False,
+                                    "truth_yes": yes})
+            for q in windowed_seen(stream, n, rng):  # "did you see" over windows, half of them "no"
+                right, ms, recalled = ask(session, q, stream, (stream.stamp(q.window[0]), stream.stamp(q.window[1])))
+                records.append({**base, **state, "policy": policy, "archive": True, "kind": "seen@window",
+                                "correct": right, "ms": ms, "recalled_chunks": recalled,
+                                "index": encoder is not None, "truth_yes": q.answer == "yes",
+                                "window_frames": q.window[1] - q.window[0] + 1})
             assert session.status().cache.kv_bytes == status.cache.kv_bytes  # recall leaves the cache as it was
     for session in sessions.values():
         session.close_archive()
@@ -174,10 +220,23 @@ def summarise(records: list[dict]) -> dict:
             cells[(r["policy"], config, r["length"], "long-memory")].append(r["correct"])
             cells[(r["policy"], config, "all", "long-memory")].append(r["correct"])
     accuracy = {}
+    truths = defaultdict(list)
+    for r in records:
+        if r.get("truth_yes") is not None:
+            config = "+archive" + ("+index" if r.get("index") else "") if r["archive"] else ""
+            for length in (r["length"], "all"):
+                truths[(r["policy"], config, length, r["kind"])].append(r["truth_yes"])
+                truths[(r["policy"], config, length, "yes/no")].append(r["truth_yes"])
+                cells[(r["policy"], config, length, "yes/no")].append(r["correct"])
     for (policy, archive, length, kind), hits in sorted(cells.items(), key=str):
         low, high = wilson(sum(hits), len(hits))
-        accuracy.setdefault(f"{policy}{archive}", {}).setdefault(str(length), {})[kind] = {
-            "accuracy": round(float(np.mean(hits)), 3), "low": round(low, 3), "high": round(high, 3), "n": len(hits)}
+        cell = {"accuracy": round(float(np.mean(hits)), 3), "low": round(low, 3), "high": round(high, 3), "n": len(hits)}
+        yes = truths.get((policy, archive, length, kind))
+        if yes:  # what always-yes and always-no score on the same mix, and the margin over the better
+            share = float(np.mean(yes))
+            cell.update(always_yes=round(share, 3), always_no=round(1 - share, 3),
+                        margin_over_always=round(cell["accuracy"] - max(share, 1 - share), 3))
+        accuracy.setdefault(f"{policy}{archive}", {}).setdefault(str(length), {})[kind] = cell
     cost = {}
     indexes = sorted({bool(r.get("index")) for r in records if r["archive"]})
     for policy, indexed in [(p, i) for p in sorted({r["policy"] for r in records if r["policy"] != "full"})
@@ -192,6 +251,12 @@ def summarise(records: list[dict]) -> dict:
                 "when_ms_archive": round(float(np.median([r["ms"] for r in with_archive if r["kind"] in WHEN_MODES])), 2),
                 "ask_multiple": round(float(np.median([r["ms"] / one for r in with_archive if r["kind"] in OPTION_KINDS])), 2),
                 "when_multiple": round(float(np.median([r["ms"] / one for r in with_archive if r["kind"] in WHEN_MODES])), 2),
+                # when at its best (a moment found) and at its worst (never true: every candidate read)
+                "when_found_multiple": _median([r["ms"] / one for r in with_archive
+                                                if r["kind"] in ("last_seen", "first_seen")]),
+                "when_never_true_multiple": _median([r["ms"] / one for r in with_archive if r["kind"] == "never_seen"]),
+                "seen_window_multiple": _median([r["ms"] / one for r in rows if r["archive"]
+                                                 and r.get("index", False) == indexed and r["kind"] == "seen@window"]),
                 "recalled_chunks": float(np.median([r.get("recalled_chunks", 0) for r in with_archive])),
                 "kv_bytes": int(np.median([r["kv_bytes"] for r in rows])),
                 "rss_mib": round(float(np.median([r["rss_bytes"] for r in rows])) / 2**20, 1),
@@ -200,17 +265,24 @@ def summarise(records: list[dict]) -> dict:
     return {"accuracy": accuracy, "cost": cost}
 
 
+def _median(values: list[float]) -> float | None:
+    return round(float(np.median(values)), 2) if values else None
+
+
 def print_summary(summary: dict, frames: int) -> None:
     rows = []
     for config, marks in summary["accuracy"].items():
         for length, kinds in sorted(marks.items(), key=lambda kv: (kv[0] == "all", int(kv[0]) if kv[0] != "all" else 0)):
             rows.append({"config": config, "frames": length,
                          **{k: f"{kinds[k]['accuracy']:.2f} ({kinds[k]['n']})" if k in kinds else "" for k in
-                            (*KINDS, "seen@window", "long-memory")}})
-    print(table(rows, [("config", "config"), ("frames", "frames")] + [(k, k) for k in (*KINDS, "seen@window",
-                                                                                      "long-memory")]))
+                            (*KINDS, "seen@window", "long-memory", "yes/no")},
+                         "always yes/no": (f"{kinds['yes/no']['always_yes']:.2f}/{kinds['yes/no']['always_no']:.2f}"
+                                           if "yes/no" in kinds else "")})
+    print(table(rows, [("config", "config"), ("frames", "frames")] + [(k, k) for k in (
+        *KINDS, "seen@window", "long-memory", "yes/no", "always yes/no")]))
     rows = [{"policy": p, "frames": n, **c} for p, marks in summary["cost"].items() for n, c in marks.items()]
     print(table(rows, [(k, k) for k in ("policy", "frames", "one_ask_ms", "ask_multiple", "when_multiple",
+                                        "when_found_multiple", "when_never_true_multiple", "seen_window_multiple",
                                         "recalled_chunks", "kv_bytes", "rss_mib", "archive_bytes", "chunk_ms")]))
 
 
@@ -223,7 +295,7 @@ def main(argv=None) -> int:
     parser.add_argument("--fraction", type=float, default=1 / 8)
     parser.add_argument("--budget-tokens", type=int, default=0,
                         help="instead of --fraction: video tokens per layer for every policy (the node's budget_tokens)")
-    parser.add_argument("--recall-chunks", type=int, default=4)
+    parser.add_argument("--recall-chunks", type=int, default=2, help="the node's default")
     parser.add_argument("--retrieval", default="auto",
                         help="retrieval_model_path: the index (auto: the bundled one for a world model; none: off); "
                              "with one, each archive question is asked again without it, side by side")
@@ -264,7 +336,7 @@ def main(argv=None) -> int:
                              "policies": args.policies, "fraction": args.fraction,
                              "budget_tokens": args.budget_tokens,
                              "recall_chunks": args.recall_chunks, "marks": args.marks, "summary": summary,
-                             "retrieval": args.retrieval, "seeds_from": SEED,
+                             "retrieval": args.retrieval, "seeds_from": SEED, "kept_out": KEPT_OUT,
                              "trace": trace, "records": records,
                              "wall_s": round(time.perf_counter() - started, 1)}, args.out)
     print(f"wrote {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}")

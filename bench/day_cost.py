@@ -1,6 +1,7 @@
 """What a question costs over a day's archive, with the code as it is (docs/archive.md "Measured").
 
-    python bench/day_cost.py            # an hour archived by the engine, copied to a day
+    python bench/day_cost.py                                   # the Qwen world model
+    python bench/day_cost.py --model world-llava_onevision --out bench/reported
 
 The accuracy over a day comes from bench/archive_recall.py (three held-out day streams, 50 minutes of
 CPU); this measures the cost alone, in minutes: an hour of a held-out stream is archived by the
@@ -9,8 +10,10 @@ written 24 times into a second archive, each copy 3 600 s later (payloads, keys 
 they were), which is what a day's archive holds for a question's cost: 10 800 chunks, 86 400
 indexed frames. A session restarted on it takes 64 more frames, then each question is timed 5
 times: one ask on the working memory (the archive set aside: the unit), a plain ask (a replay of the
-first, newest and best-ranked chunks), `when` last and first (the index, then one-chunk replays), a
-`timeline` over an hour. The answers are not scored (the copies repeat one hour's truth).
+first, newest and best-ranked chunks), "did you see" (retrieved, then verified), `when` last and
+first for an identity seen (the index, then one-chunk replays: `when` at its best) and for one the
+stream never showed (three are kept out: `when` at its worst, never true), a `timeline` over an
+hour. The answers are not scored (the copies repeat one hour's truth).
 """
 from __future__ import annotations
 
@@ -32,7 +35,6 @@ from streamcache_ros.engine.recall.archive import ArchiveStore  # noqa: E402
 
 SEED = 510_000_000
 HOUR = 3600
-PARAMS = {"model_path": "world-qwen2_5_vl", "policy": "hermes"}
 
 
 def timed(call, times: int = 5) -> float:
@@ -44,10 +46,18 @@ def timed(call, times: int = 5) -> float:
     return statistics.median(spent)
 
 
-def main() -> int:
+def main(argv=None) -> int:
+    import argparse  # noqa: PLC0415
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="world-qwen2_5_vl")
+    parser.add_argument("--out", type=pathlib.Path, default=None, help="the JSON's folder (default bench/results)")
+    args = parser.parse_args(argv)
+    PARAMS = {"model_path": args.model, "policy": "hermes"}
     work = pathlib.Path(tempfile.mkdtemp(prefix="day-cost-"))
     try:
-        stream = world.make_long_stream(SEED, HOUR + 64)
+        absent = world.kept_out(SEED)
+        stream = world.make_long_stream(SEED, HOUR + 64, absent=absent)
         hour = build_session({**PARAMS, "archive_path": str(work / "hour")})
         for i in range(HOUR):
             hour.add_frame(stream.frame(i), stream.stamp(i))
@@ -60,7 +70,7 @@ def main() -> int:
         loaded = source.load(rows)
         hour.close_archive()
         day = ArchiveStore.open(work / "day", identity, dtype="float16", max_bytes=1 << 40)
-        day.use_index(hour.memory.encoder.model_id if hour.memory.encoder else "")
+        day.use_index(hour.memory.encoder.identity if hour.memory.encoder else "")
         started = time.perf_counter()
         for copy in range(24):
             shift = copy * HOUR
@@ -78,12 +88,18 @@ def main() -> int:
         chunks = session.status().archive.chunks
         seen = next(v.identity for views in stream.truth[HOUR - 200:HOUR] for v in views)
         probe = world.SEEN_PROBE.format(shape=seen[0], colour=seen[1])
+        never = world.SEEN_PROBE.format(shape=absent[0][0], colour=absent[0][1])
         with working_memory_only(session):
             one_ask = timed(lambda: session.ask("How many objects are in view now?", ["0", "1", "2"]))
+        colours = list(world.COLOUR_NAMES)
         costs = {
-            "plain ask (replay)": timed(lambda: session.ask(probe, ["yes", "no"])),
+            "plain ask (replay)": timed(lambda: session.ask("What color was the first object you saw?", colours)),
+            "did you see (verified)": timed(lambda: session.ask(probe, ["yes", "no"])),
+            "did you see, never true": timed(lambda: session.ask(never, ["yes", "no"])),
             "when last": timed(lambda: session.when(probe, "last")),
             "when first": timed(lambda: session.when(probe, "first")),
+            "when last, never true": timed(lambda: session.when(never, "last")),
+            "when first, never true": timed(lambda: session.when(never, "first")),
             "timeline over an hour": timed(lambda: session.when(probe, "timeline", since=20 * HOUR, until=21 * HOUR)),
         }
         found = session.when(probe, "last")
@@ -106,7 +122,7 @@ def main() -> int:
                             "frames_in_window": found.frames_in_window}}
     for k, v in costs.items():
         print(f"{k:24s} {v:8.1f} ms  {v / one_ask:6.2f} x one ask ({one_ask:.1f} ms)")
-    path = write_json("day_cost", {"model": PARAMS["model_path"], "policy": "hermes", **result}, ROOT / "bench" / "reported")
+    path = write_json(f"day_cost-{args.model}", {"model": PARAMS["model_path"], "policy": "hermes", **result}, args.out)
     print(f"wrote {path.relative_to(ROOT)}")
     return 0
 

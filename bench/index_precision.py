@@ -43,7 +43,7 @@ DAY_FRAMES = 86_400
 
 
 def stream_records(encoder: RetrievalEncoder, seed: int, frames: int) -> tuple[list[dict], float]:
-    stream = world.make_long_stream(seed, frames)
+    stream = world.make_long_stream(seed, frames, absent=world.kept_out(seed))  # three never shown: "no" to ask
     started = time.perf_counter()
     vectors = np.concatenate([encoder.embed_frames([stream.frame(i) for i in range(s, min(s + 256, frames))])
                               for s in range(0, frames, 256)])
@@ -68,6 +68,8 @@ def stream_records(encoder: RetrievalEncoder, seed: int, frames: int) -> tuple[l
             sighted = np.logical_or.reduceat(sightings(p, encoder.settings.threshold, encoder.settings.min_run), starts)
             chunk_hard = np.logical_or.reduceat(hard, starts) & ~np.logical_or.reduceat(relevant, starts)
             record = {"seed": seed, "identity": f"{colour} {shape}", "frames_in_view": int(relevant.sum()),
+                      # "was it ever in view?", by the index alone: a sighting anywhere in the stream
+                      "sighted_anywhere": bool(sighted.any()),
                       "hard_negative_chunks": int(chunk_hard.sum()),
                       "hard_negative_chunks_sighted": int((sighted & chunk_hard).sum()),
                       "hard_negative_frames": int(hard.sum()),
@@ -90,6 +92,7 @@ def stream_records(encoder: RetrievalEncoder, seed: int, frames: int) -> tuple[l
                                                      encoder.settings.min_run)})
             else:
                 record["never_in_view_any_yes"] = bool(said.any())
+                record["never_in_view_sighted"] = bool(sighted.any())
             records.append(record)
     del chunks
     return records, embed_ms
@@ -170,7 +173,13 @@ def summarise(records: list[dict]) -> dict:
         "false_yes_all_negatives": round(sum(r["false_yes_frames"] for r in records)
                                          / max(sum(r["negative_frames"] for r in records), 1), 4),
         "never_in_view_any_yes": round(float(np.mean([r["never_in_view_any_yes"] for r in never])), 3) if never else None,
+        "never_in_view_sighted": round(float(np.mean([r["never_in_view_sighted"] for r in never])), 3) if never else None,
         "never_in_view_n": len(never),
+        # "was it ever in view?" answered by the index's sightings, against always-yes and always-no
+        "ever_in_view_accuracy": round(float(np.mean([r["sighted_anywhere"] == bool(r["frames_in_view"])
+                                                       for r in records])), 3),
+        "ever_in_view_always_yes": round(len(seen) / len(records), 3),
+        "ever_in_view_always_no": round(len(never) / len(records), 3),
         "last_within_2s_unverified": round(float(np.mean([r["last_frame_error_s"] <= 2 for r in within])), 3) if within else None,
         "first_within_2s_unverified": round(float(np.mean([r["first_frame_error_s"] <= 2 for r in within])), 3) if within else None,
         **{f"{edge}_within_2s_unverified_runs": round(float(np.mean(

@@ -306,9 +306,12 @@ def draw_shape(image: np.ndarray, view: ObjectView, colour: np.ndarray) -> None:
 
 # -- simulation ------------------------------------------------------------------------------------
 def make_stream(seed: int, num_frames: int, question_points=(), look: Look | None = None,
-                still_end: bool = True, start_stamp: float = 0.0, one_object_first: float = 0.7) -> WorldStream:
+                still_end: bool = True, start_stamp: float = 0.0, one_object_first: float = 0.7,
+                absent: tuple[tuple[str, str], ...] = ()) -> WorldStream:
     """A seeded stream of ``num_frames`` frames. Nothing changes in the 4 frames before each of
-    ``question_points`` (and before the end, when ``still_end``), so questions may be asked there."""
+    ``question_points`` (and before the end, when ``still_end``), so questions may be asked there.
+    ``absent``: identities (shape, colour) never shown, so that a bench can ask about things a long
+    stream never saw (every rule of the world holds: they are simply never drawn)."""
     if not 1 <= num_frames <= 3600:
         raise ValueError(f"a stream holds 1..3600 frames, got {num_frames}")
     rng = np.random.default_rng((seed, 0))
@@ -316,7 +319,7 @@ def make_stream(seed: int, num_frames: int, question_points=(), look: Look | Non
     points = set(int(p) for p in question_points) | ({num_frames} if still_end else set())
     # a frame index at which something may change: not within the 3 frames before a question point
     frozen = {p - k for p in points for k in range(1, STABLE_FRAMES)}
-    sim = _Simulation(rng, look)
+    sim = _Simulation(rng, look, absent)
     sim.start(one_object_first)
     frames: list[tuple[ObjectView, ...]] = [sim.snapshot()]
     hold = int(rng.integers(STABLE_FRAMES, 13))  # frames the current state still lasts
@@ -350,6 +353,15 @@ def make_stream(seed: int, num_frames: int, question_points=(), look: Look | Non
 HOUR_FRAMES = 3600  # the world's longest stream (docs/world.md); a day chains 24 of them
 
 
+def kept_out(seed: int, count: int = 3) -> tuple[tuple[str, str], ...]:
+    """``count`` identities a benchmark's stream of ``seed`` never shows (``make_stream``'s
+    ``absent``), drawn from the seed: a long stream shows every identity, and then has no "no" to
+    ask about; these keep one (docs/world.md "Identities kept out")."""
+    everything = [(s, c) for s in SHAPES for c in COLOUR_NAMES]
+    rng = np.random.default_rng((seed, 7))
+    return tuple(everything[i] for i in rng.choice(len(everything), count, replace=False))
+
+
 class ChainedStream(WorldStream):
     """Streams one after another as one: the truth, events and stamps run on, each frame is rendered
     by the stream it came from. A day at 1 fps is 24 hour-long streams of one look, as a robot that
@@ -374,25 +386,28 @@ class ChainedStream(WorldStream):
         return part.raw_frame(offset)
 
 
-def make_long_stream(seed: int, num_frames: int, question_points=(), look: Look | None = None) -> WorldStream:
+def make_long_stream(seed: int, num_frames: int, question_points=(), look: Look | None = None,
+                     absent: tuple[tuple[str, str], ...] = ()) -> WorldStream:
     """A stream of any length: ``make_stream`` up to an hour, past it hour-long streams chained
     (seeds ``seed``, ``seed + 1 000``, ...; one look; each still at its end, so a question may be
-    asked at every whole hour and at ``question_points`` inside an hour)."""
+    asked at every whole hour and at ``question_points`` inside an hour). ``absent``: identities
+    never shown (``make_stream``)."""
     if num_frames <= HOUR_FRAMES:
-        return make_stream(seed, num_frames, question_points, look)
+        return make_stream(seed, num_frames, question_points, look, absent=absent)
     look = look or random_look(np.random.default_rng((seed, 0)))
     parts = []
     for first in range(0, num_frames, HOUR_FRAMES):
         length = min(HOUR_FRAMES, num_frames - first)
         inside = [p - first for p in question_points if first < p <= first + length]
-        parts.append(make_stream(seed + 1_000 * (first // HOUR_FRAMES), length, inside, look))
+        parts.append(make_stream(seed + 1_000 * (first // HOUR_FRAMES), length, inside, look, absent=absent))
     return ChainedStream(parts)
 
 
 class _Simulation:
-    def __init__(self, rng: np.random.Generator, look: Look):
+    def __init__(self, rng: np.random.Generator, look: Look, absent=()):
         self.rng = rng
         self.look = look
+        self.absent = set(absent)  # identities never drawn
         self.short = min(look.width, look.height)
         self.objects: dict[int, ObjectView] = {}
         self.next_obj = 0
@@ -427,7 +442,7 @@ class _Simulation:
         return self.recolour(frame)
 
     def _free_identities(self, keep_shape: str | None = None) -> list[tuple[str, str]]:
-        taken = {v.identity for v in self.objects.values()}
+        taken = {v.identity for v in self.objects.values()} | self.absent
         shapes = [keep_shape] if keep_shape else SHAPES
         return [(s, c) for s in shapes for c in COLOUR_NAMES if (s, c) not in taken]
 

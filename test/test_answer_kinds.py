@@ -130,9 +130,18 @@ def test_one_word_check_for_ask_when_and_standing_questions():
 
 
 def test_what_is_not_checked():
-    # options, and a model that declares nothing (real weights, the tiny models): no rule applies
-    assert check_free_text("What is the weather?", ["sunny", "rain"], world_vocabulary()).judge("x") == {}
+    # an option question's kind, and a model that declares nothing (real weights, the tiny models)
+    assert check_free_text("What color is the circle now?", ["sunny", "rain"], world_vocabulary()).judge("x") == {}
     assert check_free_text("What is the weather?", [], None).judge("x") == {}
+
+
+@pytest.mark.parametrize("question", ["Did you see a red star?", "Did you see a black square?"])
+def test_an_option_question_in_words_the_model_never_knew_is_refused_as_one_without_options(question):
+    with pytest.raises(QuestionError) as without:
+        check_free_text(question, [], world_vocabulary(), "world")
+    with pytest.raises(QuestionError) as with_options:
+        check_free_text(question, ["yes", "no"], world_vocabulary(), "world")
+    assert str(with_options.value) == str(without.value) and "never asked with" in str(without.value)
 
 
 @pytest.mark.parametrize("model", ["world-qwen2_5_vl", "world-llava_onevision"])

@@ -54,6 +54,11 @@ def test_ls_lists_chunks_with_their_standing_answers(live, capsys):
     assert run(store.folder, "ls") == 0
     out = capsys.readouterr()
     assert len(out.out.splitlines()) == 4 and f"'{QUESTION}' 0.70" in out.out and "4 chunk(s)" in out.err
+    # over one second: the frame inside it, the chunk's own span beside; --archive after the command too
+    assert main(["ls", "--archive", str(store.folder), "--since", "12", "--until", "12.5"]) == 0
+    (line,) = capsys.readouterr().out.splitlines()
+    assert "12.00 .. 12.00  1 frame(s) (of a chunk 8.00 .. 15.00)" in line, line
+    assert main(["check", "--archive", str(store.folder)]) == 0 and "integrity: ok" in capsys.readouterr().out
 
 
 def test_show_writes_the_frame_nearest_the_stamp_beside_the_writer(live, tmp_path, capsys):

@@ -16,33 +16,12 @@ from streamcache_ros.engine.adapters.models import RETRIEVAL_DIR, WORLD_RETRIEVA
 from streamcache_ros.engine.errors import ConfigError
 from streamcache_ros.engine.recall.archive import ArchiveStore, EncodedChunk
 from streamcache_ros.engine.recall.archive.store import DB_NAME
+from streamcache_ros.tools.other_encoders import tiny_dual_encoder  # noqa: F401 - other tests import it from here
 from streamcache_ros.engine.recall.index import (FrameScores, RetrievalEncoder, candidate_chunks, precision_at,
                                                  rank_frames, recall_at)
 
 BUNDLED = RETRIEVAL_DIR / WORLD_RETRIEVAL
 IDENTITY = {"model_id": "m", "config_hash": "h"}
-
-
-def tiny_dual_encoder(kind: str, folder):
-    """A random CLIP or SigLIP of real classes and configs, with the bundled tokenizer's words."""
-    from transformers import (AutoTokenizer, CLIPConfig, CLIPImageProcessor, CLIPModel, SiglipConfig,
-                              SiglipImageProcessor, SiglipModel)
-    tokenizer = AutoTokenizer.from_pretrained(BUNDLED)
-    text = dict(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                num_attention_heads=2, max_position_embeddings=24, pad_token_id=0, bos_token_id=1, eos_token_id=3)
-    vision = dict(image_size=32, patch_size=8, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                  num_attention_heads=2)
-    torch.manual_seed(0)
-    if kind == "siglip":
-        model = SiglipModel(SiglipConfig(text_config=text, vision_config=vision))
-        processor = SiglipImageProcessor(size={"height": 32, "width": 32})
-    else:
-        model = CLIPModel(CLIPConfig(text_config=text, vision_config=vision, projection_dim=16))
-        processor = CLIPImageProcessor(size={"height": 32, "width": 32}, do_center_crop=False)
-    model.save_pretrained(folder)
-    processor.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
 
 
 def frames(n: int, seed: int = 800_000_100):

@@ -94,7 +94,8 @@ def test_when_searches_the_archive_and_finds_frames_the_cache_evicted(stream, tm
     identity = next(v.identity for v in stream.truth[0])
     first = stream.identity_frames(identity, FRAMES)[0]
     found = session.when(world.SEEN_PROBE.format(shape=identity[0], colour=identity[1]), "first")
-    assert found.recalled_chunks == FRAMES // 8 and found.frames_searched == FRAMES
+    # the walk's replay of every chunk, then the moment's chunk replayed alone to confirm it
+    assert found.recalled_chunks == FRAMES // 8 + 1 and found.frames_searched == FRAMES
     assert found.found and abs(found.stamp - stream.stamp(first)) <= 2.0
     session.close_archive()
 
@@ -167,11 +168,15 @@ def test_a_window_longer_than_one_replay_says_it_was_read_in_part(stream, tmp_pa
     the reply says so (``evicted_before``); one that fits is read whole and says nothing."""
     session = archived_session("qwen2_5_vl", tmp_path, max_replay_chunks=3)
     feed(session, stream, range(FRAMES))  # 12 chunks; the working memory holds the newest few
-    q = stream.window_questions(FRAMES, 0, 47, np.random.default_rng(3), ("seen",))[0]
+    q = stream.window_questions(FRAMES, 0, 47, np.random.default_rng(3), ("now_count",))[0]
     wide = session.ask(q.text, q.options, since=stream.stamp(0), until=stream.stamp(47))  # 6 chunks
     assert wide.recalled_chunks == 3 and wide.evicted_before
     narrow = session.ask(q.text, q.options, since=stream.stamp(0), until=stream.stamp(23))  # 3 chunks
     assert narrow.recalled_chunks == 3 and not narrow.evicted_before
+    # "did you see" walks the window in replays of 3 (no index here): all of it, read whole
+    seen = stream.window_questions(FRAMES, 0, 47, np.random.default_rng(3), ("seen",))[0]
+    walked = session.ask(seen.text, seen.options, since=stream.stamp(0), until=stream.stamp(47))
+    assert walked.found_by == "walk" and walked.search_complete and not walked.evicted_before
     timeline = session.when("Did you see a red circle?", "timeline", since=stream.stamp(0), until=stream.stamp(47))
     assert timeline.recalled_chunks == 3 and timeline.evicted_before
     session.close_archive()

@@ -2,7 +2,7 @@
 chunks its intact pages hold, a clean close leaves one file, a reset shrinks it, a full disk is
 counted, warned about once and named as a hole, the bound and a restart leave named holes, damaged
 copies are bounded and counted apart, a backup is taken while the archive is written, and 12 random
-kills (inside commits too) and 2 power cuts per archive_sync lose no acknowledged chunk
+kills during writes (each recorded where it landed) and 2 power cuts per archive_sync lose no acknowledged chunk
 (bench/crash_kills.py, short). No model: chunks of random tensors; a Session where its rules need one."""
 from __future__ import annotations
 
@@ -270,7 +270,10 @@ def test_twelve_random_kills_and_power_cuts_lose_no_acknowledged_chunk(tmp_path)
     report = json.loads(out.read_text())
     kills = report["kills"]
     assert kills["acknowledged_lost"] == 0 and kills["unopenable"] == 0 and kills["found_damaged"] == 0
-    assert all(n > 0 for n in kills["by_mode"].values())  # by the clock, inside a commit, the bound, the close
+    assert kills["columns_changed"] == 0 and kills["failures"] == []
+    # twelve kills that landed while the child wrote, each recorded where it landed
+    assert kills["kills_during_writes"] == 12 == sum(kills["landed"].values())
+    assert all(r["landed"] != "after the last write" for r in kills["records"] if r["counted"])
     assert kills["acknowledged"] > 50
     if shutil.which("gcc"):
         cuts = {c["sync"]: c for c in report["power_cuts"]}

@@ -144,3 +144,29 @@ def test_real_shapes_quick_writes_every_policy_and_the_targets(tmp_path):
     assert kinds == {"compress", "extra", "prefill", "TTFT", "decode", "H2SVC"}, kinds
     store = [t for t in data["targets"] if t["target"].startswith("H2SVC")]
     assert len(store) == 4 and all(t["met"] for t in store), store  # reserved buffers: no copy per unit
+
+
+@pytest.mark.timeout(400)
+def test_seen_windows_counts_negatives_with_the_always_yes_and_no_baselines(tmp_path):
+    """Over DDS: a short stream, one window of each size that fits, "did you see" half yes, half no."""
+    run_script("seen_windows.py", "--models", "world-qwen2_5_vl", "--frames", "130", "--streams", "1",
+               "--per-size", "1", "--out", str(tmp_path), timeout=380)
+    data = load(tmp_path / "seen_windows-world-qwen2_5_vl.json")
+    seen = data["summary"]["seen"]["all"]
+    assert seen["positives"] == seen["negatives"] and seen["always_yes"] == seen["always_no"] == 0.5
+    assert seen["margin_over_always"] == round(seen["accuracy"] - 0.5, 3)
+    assert {r["kind"] for r in data["records"]} == {"present", "elsewhere", "never"}
+    assert data["streams"][0]["kept_out"] and data["machine"]["commit"]
+
+
+@pytest.mark.timeout(300)
+def test_index_encoders_reports_silent_and_flagged_not_found(tmp_path):
+    run_script("index_encoders.py", "--encoders", "bundled", "clip", "--frames", "120", "--streams", "1",
+               "--out", str(tmp_path), timeout=280)
+    results = load(tmp_path / "index_encoders.json")["results"]
+    assert results["bundled"]["calibration"]["trusted"] and not results["clip"]["calibration"]["trusted"]
+    for r in results.values():
+        assert r["present"] > 0 and r["absent"] > 0
+        assert r["not_found_silent"] + r["not_found_flagged"] + r["found_right"] + r["found_wrong_moment"] == \
+            pytest.approx(1.0)
+    assert results["clip"]["not_found_silent"] == 0  # an untrusted index never says "not found" silently

@@ -31,7 +31,7 @@ def test_diagnostics_tell_two_robots_apart(domain, nodes):
     probe = Probe(domain)
     try:
         arrays = probe.collect(DiagnosticArray, "/diagnostics", QoSProfile(depth=100))
-        wanted = {status_name(ns, task) for ns in ROBOTS for task in ("memory", "latency", f"camera {ns}/cam")}
+        wanted = {status_name(ns, task) for ns in ROBOTS for task in ("memory", "latency", "index", f"camera {ns}/cam")}
         probe.wait_for(lambda: wanted <= {s.name for a in arrays for s in a.status}, what="both robots' statuses")
         seen = {s.name: s for a in list(arrays) for s in a.status}
         for ns in ROBOTS:
@@ -67,7 +67,7 @@ def test_the_aggregator_groups_each_robots_statuses_under_its_name(domain, nodes
     probe = Probe(domain)
     try:
         arrays = probe.collect(DiagnosticArray, "/diagnostics", QoSProfile(depth=100))
-        wanted = {status_name(ns, task) for ns in ROBOTS for task in ("memory", "latency", f"camera {ns}/cam")}
+        wanted = {status_name(ns, task) for ns in ROBOTS for task in ("memory", "latency", "index", f"camera {ns}/cam")}
         probe.wait_for(lambda: wanted <= {s.name for a in arrays for s in a.status}, what="both robots' statuses")
         names = {s.name for a in list(arrays) for s in a.status}
     finally:
@@ -78,4 +78,5 @@ def test_the_aggregator_groups_each_robots_statuses_under_its_name(domain, nodes
         assert grouped[f"/Robots/{robot}/StreamCache/Cameras"] == [status_name(ns, f"camera {ns}/cam")]
         assert grouped[f"/Robots/{robot}/StreamCache/Memory"] == [status_name(ns, "memory")]
         assert grouped[f"/Robots/{robot}/StreamCache/Latency"] == [status_name(ns, "latency")]
+        assert grouped[f"/Robots/{robot}/StreamCache/Index"] == [status_name(ns, "index")]
     assert all(len(grouped[p]) == a["num_items"] for p, a in analyzers.items() if "num_items" in a)

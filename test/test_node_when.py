@@ -145,7 +145,7 @@ def test_the_cli_asks_when(domain, client):
     assert data["recalled_chunks"] == client.when(BLUE, "timeline").recalled_chunks
     last = cli("--when", "last", RED)
     assert last.returncode == 0, last.stderr
-    assert "windows" in last.stdout or "not found" in last.stdout
+    assert "questions" in last.stdout or "not found" in last.stdout
     refused = cli("--when", "last", "--camera", "/nope", RED)
     assert refused.returncode == 1 and "unknown camera" in refused.stderr
 

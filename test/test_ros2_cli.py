@@ -115,8 +115,8 @@ def test_topic_echo_diagnostics(launched):
     domain, _ = launched
     out = ros2(domain, "topic", "echo", "--once", "/diagnostics", "diagnostic_msgs/msg/DiagnosticArray")
     statuses = {s["name"]: s for s in yaml.safe_load(out.split("\n---", 1)[0])["status"]}
-    assert sorted(statuses) == [status_name(NS, "camera " + CAMERA), status_name(NS, "latency"),
-                                status_name(NS, "memory")], out
+    assert sorted(statuses) == [status_name(NS, "camera " + CAMERA), status_name(NS, "index"),
+                                status_name(NS, "latency"), status_name(NS, "memory")], out
     memory = {kv["key"]: kv["value"] for kv in statuses[status_name(NS, "memory")]["values"]}
     assert (memory["Policy"], memory["Frames in memory"], memory["Budget (video tokens per layer)"]) == (
         "fifo", "8", str(BUDGET_TOKENS)), out

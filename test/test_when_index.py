@@ -8,6 +8,7 @@ import pytest
 
 from streamcache_ros import world
 from streamcache_ros.engine import build_session
+from streamcache_ros.engine.memory.ledger import Window
 from streamcache_ros.engine.adapters.models import RETRIEVAL_DIR, WORLD_RETRIEVAL, resolve_model_path
 from streamcache_ros.engine.recall.archive import Archive, ArchiveSettings
 from streamcache_ros.engine.recall.index import RetrievalEncoder
@@ -111,16 +112,32 @@ def test_an_archive_without_an_index_is_walked_and_says_so(stream, tmp_path):
         session.add_frame(stream.frame(i), stream.stamp(i))
     identity = next(iter(stream.truth[0])).identity
     found = session.when(probe(identity), "first")
-    assert found.found_by == "walk" and found.recalled_chunks == 6
+    assert found.found_by == "walk" and found.recalled_chunks == 6 + 1  # and the moment's chunk, to confirm it
     session.close_archive()
 
 
 def test_a_plain_question_recalls_the_chunks_the_index_ranks_best(indexed, stream):
-    identity = identities(stream)[-1]
-    answer = indexed.ask(probe(identity), ["yes", "no"])
+    answer = indexed.ask("What color was the first object you saw?", ["red", "green", "blue", "yellow",
+                                                                      "white", "purple"])
     assert answer.recalled_chunks >= 3  # the first chunk, the newest two, and the relevant ones
-    frames = set(stream.identity_frames(identity, FRAMES))
-    assert answer.option_index == (0 if frames else 1)
+    assert answer.found_by == ""  # not a "did you see": the model answers over the replay
+
+
+@pytest.mark.parametrize("options", [["yes", "no"], ["No", "Yes"], []])
+def test_did_you_see_is_retrieved_then_verified_and_its_first_evidence_shows_it(indexed, stream, options):
+    seen = identities(stream)
+    never = next((s, c) for s in world.SHAPES for c in world.COLOUR_NAMES if (s, c) not in seen)
+    for identity in (seen[-1], never):
+        answer = indexed.ask(probe(identity), options)
+        frames = stream.identity_frames(identity, FRAMES)
+        said = (options or ["yes", "no"])[answer.option_index if options else ["yes", "no"].index(answer.text)]
+        assert said.lower() == ("yes" if frames else "no") and answer.found_by == "index" and answer.search_complete
+        if options:
+            assert answer.option_probabilities[answer.option_index] > 0.5
+        if frames:  # the moment found, verified, is the first evidence: it shows what was asked
+            assert int(round(answer.evidence[0].stamp)) in frames and answer.recalled_chunks >= 1
+        else:
+            assert answer.evidence == [] and answer.recalled_chunks == 0
 
 
 @pytest.mark.parametrize("kind", ["when walk", "windowed ask", "when verified"])
@@ -158,4 +175,54 @@ def test_a_replay_runs_off_the_turn_lock_while_a_chunk_is_encoded(kind, stream, 
     assert answer.recalled_chunks >= 1
     if kind != "windowed ask":
         assert answer.found_by == ("walk" if kind == "when walk" else "index")
+    session.close_archive()
+
+
+def test_a_standing_question_over_a_window_that_cuts_a_chunk_answers_from_inside_the_window(stream, encoder,
+                                                                                            tmp_path):
+    """A chunk's standing P(yes) covers all of its frames: over a window that cuts the chunk it may be
+    the frames outside that said yes. Those chunks are decided by the index over the frames inside."""
+    session = archived(tmp_path, encoder)
+    identities_seen = identities(stream)
+    for i in range(FRAMES):
+        report = session.add_frame(stream.frame(i), stream.stamp(i))
+        if report is not None:
+            session.watch([probe(identity) for identity in identities_seen], report)
+    # a chunk where an identity is in view in its first half only: the window starts at its second half
+    cases = [(identity, start) for identity in identities_seen for start in range(0, FRAMES - 8, 8)
+             if stream.identity_frames(identity, start + 4) and start + 3 in stream.identity_frames(identity, start + 4)
+             and not any(start + k in stream.identity_frames(identity, FRAMES) for k in range(4, 8 + 8))]
+    assert cases, "no chunk of this stream shows an identity in its first half only"
+    identity, start = cases[0]
+    since, until = stream.stamp(start + 4), stream.stamp(start + 15)
+    standing = session.memory.standing_answers(probe(identity), "", Window(since, until))
+    assert standing is not None and standing[0][1] >= 0.5  # it stood there, and said yes over the whole chunk
+    found = session.when(probe(identity), "last", since=since, until=until)
+    assert not found.found, found  # the frames that said yes lie outside the window
+    session.close_archive()
+
+
+def test_a_walks_moment_the_chunk_alone_does_not_confirm_is_passed_over(stream, tmp_path, monkeypatch):
+    """A walk (no index) judges the moment it finds a second time, its chunk replayed alone; one that
+    is not confirmed is passed over and the search goes on past it in the same replay."""
+    from streamcache_ros.engine.questions import desk
+
+    session = archived(tmp_path)
+    for i in range(FRAMES):
+        session.add_frame(stream.frame(i), stream.stamp(i))
+    identity = max(identities(stream), key=lambda i: len({f // 8 for f in stream.identity_frames(i, FRAMES)}))
+    assert len({f // 8 for f in stream.identity_frames(identity, FRAMES)}) >= 2  # seen in two chunks at least
+    first = session.when(probe(identity), "last")
+    assert first.found and first.found_by == "walk"
+    judged = []
+    confirm = desk.confirm_moment
+
+    def reject_the_first(tier, question, camera, stamp, window):
+        judged.append(stamp)
+        return 0.1 if len(judged) == 1 else confirm(tier, question, camera, stamp, window)
+    monkeypatch.setattr(desk, "confirm_moment", reject_the_first)
+    again = session.when(probe(identity), "last")
+    assert judged[0] == first.stamp and len(judged) >= 2  # the walk went on past the moment rejected
+    held = next(r for r in session.memory.archive.rows() if r.first_stamp <= first.stamp <= r.last_stamp)
+    assert not again.found or again.stamp < held.first_stamp  # an older moment, outside the rejected chunk
     session.close_archive()

@@ -46,50 +46,73 @@ def _matched(r, options: list[str]) -> str:
     return "no option matched (option_index -1)"
 
 
+def _plain(value):
+    """A reply field as JSON: a Time in seconds, an image by what it is (not its bytes), arrays as lists."""
+    if hasattr(value, "sec") and hasattr(value, "nanosec"):
+        return _time(value)
+    if hasattr(value, "header") and hasattr(value, "format"):  # sensor_msgs/CompressedImage
+        return {"stamp": _time(value.header.stamp), "camera": value.header.frame_id, "format": value.format,
+                "bytes": len(value.data)}
+    if hasattr(value, "get_fields_and_field_types"):
+        return {name: _plain(getattr(value, name)) for name in value.get_fields_and_field_types()}
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
 def _answer_dict(r, options: list[str]) -> dict:
+    """Every field of an Ask reply (docs/interfaces.md), and the option it chose in words."""
     chosen = options[r.option_index] if 0 <= r.option_index < len(options) else None
-    return {"success": r.success, "answer": r.answer, "option_index": r.option_index, "option": chosen,
-            "error_message": r.error_message, "frames_in_memory": r.frames_in_memory,
-            "oldest_stamp": _time(r.oldest_stamp), "newest_stamp": _time(r.newest_stamp),
-            "newest_frame_age_s": r.newest_frame_age_s, "kv_tokens": r.kv_tokens, "ttft_ms": r.ttft_ms, "total_ms": r.total_ms,
-            "answer_tokens": r.answer_tokens, "method": r.method, "model_id": r.model_id,
-            "evidence_stamps": [_time(t) for t in r.evidence_stamps], "evidence_cameras": list(r.evidence_cameras),
-            "evidence_weights": [float(w) for w in r.evidence_weights],
-            "evidence_summary_share": float(r.evidence_summary_share),
-            "option_probabilities": [round(float(p), 4) for p in r.option_probabilities], **_reach_dict(r),
-            "recalled_chunks": int(r.recalled_chunks)}
-
-
-def _reach_dict(r) -> dict:
-    """How far back the memory the answer read reaches (docs/interfaces.md "How far back an answer reaches")."""
-    return {"searched_since": _time(r.searched_since), "evicted_before": bool(r.evicted_before)}
+    return {**_plain(r), "option": chosen}
 
 
 def _reach_line(r) -> str:
-    """A line when older frames were seen and are out of the answer's reach ('' otherwise)."""
-    if not r.success or not r.evicted_before:
+    """A line when older frames were seen and are out of the answer's reach, or when the answer could
+    not read every part of its window that could hold a yes ('' otherwise)."""
+    if not r.success:
         return ""
-    return f"\n(the memory searched reaches back to {_time(r.searched_since):.3f}; older frames were evicted)"
+    line = ""
+    if r.evicted_before:
+        line += f"\n(the memory searched reaches back to {_time(r.searched_since):.3f}; older frames were evicted)"
+    holes = [f"{reason} {_time(a):.3f}..{_time(b):.3f}" for a, b, reason in zip(r.hole_since, r.hole_until,
+                                                                              r.hole_reasons)]
+    if holes:
+        line += f"\n(holes in the window: {', '.join(holes)})"
+    if getattr(r, "found_by", "") and not r.search_complete:
+        read = getattr(r, "frames_searched", None)
+        read = r.frames_in_memory if read is None else read
+        line += (f"\n(search incomplete: the index could not settle the window, and {read} of its "
+                 f"{r.frames_in_window} frames were read; 'not found' means not found in those)")
+    elif getattr(r, "found_by", "") == "walk":
+        line += "\n(found by a walk: chunks replayed one by one and asked, with no index to confirm it)"
+    return line
 
 
 def _when_dict(r) -> dict:
-    return {"success": r.success, "error_message": r.error_message, "found": r.found,
-            "stamp": _time(r.stamp) if r.found else None, "camera": r.camera,
-            "yes_probability": round(float(r.yes_probability), 4), "questions_asked": r.questions_asked,
-            "total_ms": r.total_ms, "frames_searched": r.frames_searched, **_reach_dict(r),
-            "may_be_older": bool(r.may_be_older), "recalled_chunks": int(r.recalled_chunks),
-            "timeline": [[_time(t), round(float(p), 4)] for t, p in zip(r.timeline_stamps, r.timeline_yes_probability)]}
+    """Every field of a When reply, the timeline as [stamp, P(yes)] pairs."""
+    fields = _plain(r)
+    fields["stamp"] = _time(r.stamp) if r.found else None
+    fields["timeline"] = [[_time(t), round(float(p), 4)] for t, p in zip(r.timeline_stamps, r.timeline_yes_probability)]
+    for name in ("timeline_stamps", "timeline_yes_probability"):
+        fields.pop(name, None)
+    return fields
 
 
-def _when_text(r, mode: str) -> str:
+def _when_text(r, mode: str, points: bool = True) -> str:
     if mode == "timeline":
+        if not points:  # --plot draws them
+            return f"{len(r.timeline_stamps)} point(s)" + _reach_line(r)
         lines = [f"{_time(t):.3f} {float(p):.3f}" for t, p in zip(r.timeline_stamps, r.timeline_yes_probability)]
         return "\n".join(lines) or "(no frames)"
+    how = f"found by {r.found_by}; " if r.found_by else ""
     if not r.found:
-        return f"not found in the {r.frames_searched} frames searched ({r.questions_asked} windows asked)" + _reach_line(r)
+        return (f"not found in the {r.frames_searched} frames searched ({how}{r.questions_asked} questions asked, "
+                f"{r.recalled_chunks} chunks replayed)" + _reach_line(r))
     older = " (may be older: it lies at the edge of what the memory still holds)" if r.may_be_older else ""
-    return (f"{_time(r.stamp):.3f} {r.camera or '-'} (P(yes) {r.yes_probability:.3f}; {r.questions_asked} windows, "
-            f"{r.total_ms:.0f} ms){older}" + _reach_line(r))
+    return (f"{_time(r.stamp):.3f} {r.camera or '-'} (P(yes) {r.yes_probability:.3f}; {how}{r.questions_asked} "
+            f"questions, {r.total_ms:.0f} ms){older}" + _reach_line(r))
 
 
 def _evidence_lines(r) -> str:
@@ -200,18 +223,16 @@ def run(args, client) -> int:
         return 0
     if args.reset:
         r = client.reset(timeout=args.timeout)
-        return _report(args, r, {"success": r.success, "error_message": r.error_message,
-                                 "frames_cleared": r.frames_cleared}, f"forgot {r.frames_cleared} frames")
+        return _report(args, r, _plain(r), f"forgot {r.frames_cleared} frames and {r.archived_chunks_cleared} "
+                                           "archived chunks")
     if args.save:
         r = client.save(args.save, timeout=args.timeout)
-        return _report(args, r, {"success": r.success, "error_message": r.error_message, "bytes_written": r.bytes_written,
-                                 "frames_in_memory": r.frames_in_memory},
+        return _report(args, r, _plain(r),
                        f"saved {r.frames_in_memory} frames, {r.bytes_written} bytes to {args.save} in the node's "
                        "snapshot_dir")
     if args.load:
         r = client.load(args.load, timeout=args.timeout)
-        return _report(args, r, {"success": r.success, "error_message": r.error_message,
-                                 "frames_in_memory": r.frames_in_memory},
+        return _report(args, r, _plain(r),
                        f"loaded {r.frames_in_memory} frames from {args.load}")
     if args.timeline:
         r = client.memory_timeline(args.camera, timeout=args.timeout)
@@ -219,7 +240,7 @@ def run(args, client) -> int:
     if args.when:
         r = client.when(args.question, args.when, args.camera, since=args.since, until=args.until,
                         timeout=args.timeout, with_images=bool(args.save_images or args.plot))
-        code = _report(args, r, _when_dict(r), _when_text(r, args.when))
+        code = _report(args, r, _when_dict(r), _when_text(r, args.when, points=not args.plot))
         return code or _pictures(args, r)
     window = {"since": args.since, "until": args.until, "evidence_k": args.evidence_k,
               "with_images": bool(args.save_images)}

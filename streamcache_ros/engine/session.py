@@ -126,10 +126,9 @@ class Session:
         """Open (or create) the archive in the folder ``path`` for this model and these cameras, and
         attach it; returns what opening found and mended (each a warning to log). ArchiveError when
         it is refused (held by another node, another model's, other cameras), nothing changed."""
-        if int(recall_chunks) < 0:
-            raise ConfigError("recall_chunks", f"must be >= 0, got {recall_chunks}")
-        if int(thumbnail_px) < 0:
-            raise ConfigError("archive_thumbnail_px", f"must be >= 0, got {thumbnail_px}")
+        for name, value in (("recall_chunks", recall_chunks), ("archive_thumbnail_px", thumbnail_px)):
+            if int(value) < 0:
+                raise ConfigError(name, f"must be >= 0, got {value}")
         settings = ArchiveSettings(path, max_bytes=int(max_bytes), recall_chunks=int(recall_chunks),
                                    thumbnail_px=int(thumbnail_px), sync=str(sync))
         identity = {"model_id": self.adapter.model_id, "config_hash": self.adapter.config_hash}
@@ -143,10 +142,8 @@ class Session:
         return list(archive.warnings) if archive is not None else []
 
     def thumbnails_at(self, stamps: list[float], cameras: list[str] | None = None) -> list:
-        """The archived thumbnail (archive Thumbnail: stamp, camera, jpeg) of each frame stamped
-        ``stamps[i]`` (of ``cameras[i]``), None where there is none (no archive, thumbnails off,
-        dropped by the bound). Read off the turn lock, through the archive's reader connection: an
-        answer's images never wait for a chunk, nor a chunk for them (docs/show.md)."""
+        """The archived thumbnail (stamp, camera, jpeg) of each frame stamped ``stamps[i]`` (of
+        ``cameras[i]``), None where there is none; read off the turn lock (docs/show.md)."""
         archive = self.memory.archive
         if archive is None or not stamps:
             return [None] * len(stamps)
@@ -283,7 +280,8 @@ class Session:
                 last_ttft_ms=self.desk.last_ttft_ms, cameras=list(self.ledger.cameras),
                 most_questions_a_chunk_waited_for=self.most_questions_a_chunk_waited_for,
                 camera_memory=self.ledger.camera_counts(held, stats.kv_tokens), process_rss_bytes=process_rss_bytes(),
-                archive=ArchiveStatus(**archive.stats()) if archive is not None else None)
+                archive=ArchiveStatus(**archive.stats()) if archive is not None else None,
+                index=self.memory.index_status())
 
     # -- runtime tuning (parameters.py) -------------------------------------------------------------
     def tune(self, max_new_tokens: int | None = None, sample_fps: float | None = None,

@@ -161,6 +161,12 @@ class Answer:
     # frames held inside the window (working memory or archive), against frames_in_memory: what it read
     frames_in_window: int = 0
     holes: list[Hole] = field(default_factory=list)  # inside the window, oldest first (evicted_before then true)
+    # a "Did you see ...?" question, retrieved then verified as `when` finds a moment (questions/desk.py):
+    # how ("index", "walk", "standing", "memory", "index_unsure"; "" for any other question), the
+    # index's candidates, and whether every part of the window that could hold a yes was read
+    found_by: str = ""
+    index_candidates: int = 0
+    search_complete: bool = True
 
 
 @dataclass
@@ -183,6 +189,20 @@ class ArchiveStatus:
     # damaged files set aside at open (at most two), their bytes counted apart from the bound
     damaged_copies: list[str] = field(default_factory=list)
     damaged_bytes: int = 0
+
+
+@dataclass
+class IndexStatus:
+    """The archive's index (docs/archive.md "Calibrating the index"): which dual encoder, whether a
+    window it finds nothing in is answered not found (trusted) or searched further, how it did on the
+    calibration set, and the answers that could not read all of their window."""
+
+    identity: str = ""  # the encoder's folder name @ a hash of its weights and config
+    trusted: bool = False
+    description: str = ""  # one line: the calibration's figures and what trust means here
+    recall: float = 0.0  # on the calibration set, at the threshold in use
+    false_yes: float = 0.0
+    incomplete_answers: int = 0  # `when` / "did you see" answers with search_complete false so far
 
 
 @dataclass
@@ -214,6 +234,10 @@ class WhenAnswer:
     frames_in_window: int = 0  # frames held inside the window (working memory or archive)
     holes: list[Hole] = field(default_factory=list)  # inside the window, oldest first
     may_lie_in_hole: bool = False  # a hole newer (last) / older (first) than the answer, or any when not found
+    # false when part of the window that could hold the answer was not read: the index could not
+    # settle it and the walk stopped at walk_chunks, or the walk's replays could not hold the window
+    # (found_by "index_unsure" for a not found; docs/archive.md "When with the index")
+    search_complete: bool = True
 
 
 @dataclass(frozen=True)
@@ -280,6 +304,14 @@ class DeviceMemory:
                    torch.cuda.max_memory_allocated(device), torch.cuda.get_device_properties(device).total_memory)
 
 
+def size_text(n: int) -> str:
+    """Bytes as a person reads them: 400 kB, 12.5 MiB, 1.0 GiB."""
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20)):
+        if n >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{n / 1000:.0f} kB" if n >= 1000 else f"{n} B"
+
+
 def process_rss_bytes() -> int:
     """This process's resident memory in bytes (Linux: /proc/self/statm; elsewhere the peak from
     getrusage, the best the standard library offers; 0 when neither is readable)."""
@@ -334,6 +366,7 @@ class SessionStatus:
     camera_memory: dict[str, MemoryCounts] = field(default_factory=dict)  # per camera, as frames_in_memory
     process_rss_bytes: int = 0  # the process's resident host memory (what an edge board runs out of first)
     archive: ArchiveStatus | None = None  # None: no archive
+    index: IndexStatus | None = None  # None: no index (no archive, or retrieval_model_path off)
 
     @property
     def memory(self) -> MemoryCounts:

@@ -1,4 +1,5 @@
-"""/diagnostics for the node through diagnostic_updater: one task per concern.
+"""/diagnostics for the node through diagnostic_updater: one task per concern (each camera, the
+memory, latency, the archive's index).
 
 - "camera <topic>" (one per camera): a CompositeDiagnosticTask of a FrequencyStatus (arrival rate;
   ERROR when the camera is silent for the window, WARN below ``camera_min_rate``), a TimeStampStatus
@@ -181,6 +182,7 @@ class NodeDiagnostics:
     def add_engine(self) -> None:
         self._add(updater_lib.FunctionDiagnosticTask("memory", self.engine.memory))
         self._add(updater_lib.FunctionDiagnosticTask("latency", self.engine.latency))
+        self._add(updater_lib.FunctionDiagnosticTask("index", self.engine.index))
 
     def _add(self, task) -> None:
         self.updater.add(task)
@@ -309,6 +311,29 @@ class EngineTasks:
             stat.add("GPU reserved (MiB)", f"{device.reserved_bytes / MIB:.1f}")
             stat.add("GPU peak (MiB)", f"{device.peak_bytes / MIB:.1f}")
             stat.add("GPU total (MiB)", f"{device.total_bytes / MIB:.1f}")
+        return stat
+
+    def index(self, stat):
+        """The archive's index: which one, and whether a window it finds nothing in is an answer
+        (docs/archive.md "Calibrating the index"). WARN while it is not trusted: "not found" then
+        comes from a bounded walk, and says when it could not read the whole window."""
+        m = self.view().status
+        index = m.index
+        if m.archive is None:
+            stat.summary(OK, "no archive: questions read the working memory")
+        elif index is None:
+            stat.summary(OK, "no index (retrieval_model_path off): `when` and \"did you see\" walk the archive")
+        elif not index.trusted:
+            stat.summary(WARN, f"index {index.identity} not trusted: a window it finds nothing in is searched further "
+                               f"({index.incomplete_answers} answer(s) so far could not read all of their window)")
+        else:
+            stat.summary(OK, f"index {index.identity}: trusted (recall {index.recall:.2f}, false yes "
+                             f"{index.false_yes:.3f} on the calibration set)")
+        if index is not None:
+            stat.add("Index", index.identity)
+            stat.add("Trusted", "yes" if index.trusted else "no")
+            stat.add("Calibration", index.description)
+            stat.add("Answers that could not read all of their window", str(index.incomplete_answers))
         return stat
 
     def latency(self, stat):

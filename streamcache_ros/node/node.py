@@ -49,7 +49,7 @@ from streamcache_ros_interfaces.srv import Ask, LoadMemory, MemoryTimeline, Rese
 
 from ..engine import FAILPOINTS_ENV, ConfigError, ModelLoadError, arm_failpoints, build_session
 from ..engine.status import ChunkReport
-from . import params
+from . import params, translate
 from .cameras import CameraInput, Cameras
 from .diagnostics import EngineView, NodeDiagnostics
 from .image_conversion import ImageConverter
@@ -184,16 +184,11 @@ class StreamCacheNode(LifecycleNode):
             f"diagnostics via {self.diagnostics.backend}")
 
     def _log_archive(self, session, folder: str) -> None:
-        """What opening the archive (build_session, one folder per node) mended, and where it is: one
-        INFO line either way, since the archive is on by default and a new one is otherwise silent."""
-        if not folder:
-            self.get_logger().info(f"archive off (archive_path '{self.values['archive_path']}')")
-            return
-        for warning in session.archive_warnings():
-            self.get_logger().warning(warning)
-        held = session.status().archive
-        self.get_logger().info(f"archive: {held.path or folder} ({held.chunks} chunk(s) kept from before, "
-                               f"{held.file_bytes / 2**20:.1f} MiB on disk; bound {held.max_bytes / 2**20:.0f} MiB)")
+        """What opening the archive mended, where it is and which index it has: logged, since the
+        archive is on by default and a new one is otherwise silent."""
+        log = self.get_logger()
+        for warning, line in translate.archive_lines(session, folder, self.values):
+            (log.warning if warning else log.info)(line)
 
     def _make_parts(self, session, info, values: dict, topics: dict[str, str], snapshots: SnapshotKeeper,
                     folder: str) -> None:

@@ -97,8 +97,9 @@ def declared_type(name: str, spec: Spec) -> Parameter.Type:
 
 
 # Words a string parameter takes that ROS reads as YAML 1.1 booleans: `-p archive_path:=off` reaches
-# the node as bool false, meaning no archive (docs/interfaces.md "Parameters")
-BOOL_WORDS = {("archive_path", False): "off"}
+# the node as bool false, meaning no archive; `-p retrieval_model_path:=off` no index
+# (docs/interfaces.md "Parameters")
+BOOL_WORDS = {("archive_path", False): "off", ("retrieval_model_path", False): "off"}
 
 
 def as_declared(param: Parameter, kind: Parameter.Type) -> Parameter:

@@ -5,7 +5,7 @@ from builtin_interfaces.msg import Time
 from sensor_msgs.msg import CompressedImage
 from streamcache_ros_interfaces.msg import FrameRetention, MemoryStatus, WatchEvent
 
-from ..engine.status import Answer, MemoryCounts, MemoryTimeline, SessionStatus, WatchAnswer, WhenAnswer
+from ..engine.status import Answer, MemoryCounts, MemoryTimeline, SessionStatus, WatchAnswer, WhenAnswer, size_text
 from .sampler import NS_PER_S, CameraSnapshot
 
 
@@ -110,6 +110,8 @@ def fill_answer(result, answer: Answer, now_s: float):
     result.searched_since = seconds_to_time(answer.searched_since)
     result.evicted_before = bool(answer.evicted_before)
     result.frames_in_window = int(answer.frames_in_window)
+    result.found_by, result.index_candidates = answer.found_by, int(answer.index_candidates)
+    result.search_complete = bool(answer.search_complete)
     fill_holes(result, answer.holes)
     return result
 
@@ -165,6 +167,7 @@ def fill_when(response, found: WhenAnswer):
     response.recalled_chunks = int(found.recalled_chunks)
     response.frames_in_window = int(found.frames_in_window)
     response.may_lie_in_hole = bool(found.may_lie_in_hole)
+    response.search_complete = bool(found.search_complete)
     fill_holes(response, found.holes)
     return response
 
@@ -174,3 +177,21 @@ def watch_event(answer: WatchAnswer, changed: bool) -> WatchEvent:
                      yes_probability=float(answer.yes_probability), changed=changed)
     msg.header.stamp = seconds_to_time(answer.stamp)
     return msg
+
+
+def archive_lines(session, folder: str, values: dict) -> list[tuple[bool, str]]:
+    """(is a warning, line) for the log at configure: what opening the archive found and mended,
+    where it is and its bound, and which index it has and whether its "nothing here" is trusted."""
+    if not folder:
+        return [(False, f"archive off (archive_path '{values['archive_path']}')")]
+    lines = [(True, warning) for warning in session.archive_warnings()]
+    status = session.status()
+    held = status.archive
+    lines.append((False, f"archive: {held.path or folder} ({held.chunks} chunk(s) kept from before, "
+                         f"{size_text(held.file_bytes)} on disk; bound {size_text(held.max_bytes)})"))
+    if status.index is None:
+        lines.append((False, f"archive index off (retrieval_model_path '{values['retrieval_model_path']}'): `when` "
+                             "and \"did you see\" walk the archive"))
+    else:
+        lines.append((not status.index.trusted, f"archive {status.index.description}"))
+    return lines

@@ -87,8 +87,9 @@ def _chunks(db: sqlite3.Connection, since: float, until: float, camera: str) -> 
     out = []
     for chunk_id, cam, first, last, stamps, watch, size, pinned in db.execute(query + " ORDER BY first_stamp, id", args):
         frames = [s for s in json.loads(stamps) if since <= s <= until]
-        if frames:
+        if frames:  # the chunk's span, and the stamps of its frames inside the span asked
             out.append({"id": chunk_id, "camera": cam, "first_stamp": first, "last_stamp": last, "frames": len(frames),
+                        "frames_first_stamp": min(frames), "frames_last_stamp": max(frames),
                         "bytes": size, "pinned": bool(pinned), "watch": json.loads(watch)})
     return out
 
@@ -102,9 +103,13 @@ def cmd_ls(db, args) -> int:
         return 0
     for row in rows:
         answers = ", ".join(f"{q!r} {p:.2f}" for q, p in sorted(row["watch"].items()))
-        print(f"{row['id']:>7}  {_camera(row['camera'])}  {_stamp(row['first_stamp'])} .. {row['last_stamp']:.2f}  "
-              f"{row['frames']} frame(s)  {row['bytes']} B{'  pinned' if row['pinned'] else ''}"
-              + (f"  P(yes): {answers}" if answers else ""))
+        # a span that cuts a chunk lists the chunk's frames inside it, the chunk's own span beside
+        inside = (row["frames_first_stamp"], row["frames_last_stamp"])
+        cut = inside != (row["first_stamp"], row["last_stamp"])
+        print(f"{row['id']:>7}  {_camera(row['camera'])}  {_stamp(inside[0])} .. {inside[1]:.2f}  "
+              f"{row['frames']} frame(s)" + (f" (of a chunk {row['first_stamp']:.2f} .. "
+                                             f"{row['last_stamp']:.2f})" if cut else "")
+              + f"  {row['bytes']} B{'  pinned' if row['pinned'] else ''}" + (f"  P(yes): {answers}" if answers else ""))
     print(f"{len(rows)} chunk(s)", file=sys.stderr)
     return 0
 
@@ -224,10 +229,21 @@ def cmd_check(db, args) -> int:
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="streamcache-archive", description=__doc__.splitlines()[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--archive", help="the archive's folder (default: the --node's default folder)")
-    p.add_argument("--node", default=DEFAULT_NODE, help="whose default folder: a node's full name "
-                                                        f"(default {DEFAULT_NODE})")
+
+    def where(q, default=argparse.SUPPRESS):
+        q.add_argument("--archive", default=None if default is not argparse.SUPPRESS else default,
+                       help="the archive's folder (default: the --node's default folder)")
+        q.add_argument("--node", default=DEFAULT_NODE if default is not argparse.SUPPRESS else default,
+                       help=f"whose default folder: a node's full name (default {DEFAULT_NODE})")
+    where(p, default=None)  # before the command, or after it (``check --archive DIR``)
     sub = p.add_subparsers(dest="command", required=True)
+    command = sub.add_parser
+
+    def add_parser(name, **kw):
+        q = command(name, **kw)
+        where(q)
+        return q
+    sub.add_parser = add_parser
 
     def span(q):
         q.add_argument("--since", type=float, help="seconds, camera clock (default: open)")

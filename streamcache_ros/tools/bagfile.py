@@ -105,16 +105,17 @@ def _image_message(store, stamp_ns: int, rgb: np.ndarray, encoding: str, jpeg: b
 
 def make_world_bag(path: str | pathlib.Path, seed: int, frames: int, ask_at=(), look=None,
                    topic: str = DEFAULT_TOPIC, storage: str = "sqlite3", start_ns: int = DEFAULT_START_NS,
-                   overwrite: bool = False) -> pathlib.Path:
+                   overwrite: bool = False, absent: tuple[tuple[str, str], ...] = ()) -> pathlib.Path:
     """A shape-world stream (docs/world.md) at 1 frame per second, as the camera would publish it:
     ``rgb8`` / ``bgr8`` Images on ``topic``, or JPEG CompressedImages on ``<topic>/compressed``. Beside
     the frames, ``world_questions.json`` in the bag's folder holds the stream's per-frame truth and
     every question whose precondition holds after each of ``ask_at`` frames and at the end, with
-    its true option, so a replay can be scored."""
+    its true option, so a replay can be scored. ``absent``: identities the stream never shows
+    (``world.make_stream``)."""
     if storage not in STORAGES:
         raise ValueError(f"storage must be one of {STORAGES}, got '{storage}'")
     points = _question_points(ask_at, frames)
-    stream = world.make_stream(seed, frames, question_points=points, look=look)
+    stream = world.make_stream(seed, frames, question_points=points, look=look, absent=absent)
     path = _fresh(pathlib.Path(path), overwrite)
     stamps = [start_ns + i * 1_000_000_000 for i in range(frames)]
     camera_topic = _write_frames(path, stream, range(frames), stamps, topic, storage)

@@ -23,12 +23,25 @@ def resolve_model_path(model_path: str) -> str:
     return model_path
 
 
+# what turns the index off, from a launch argument, a params file or `-p` (where a shell's `off`
+# reaches ROS as the YAML boolean false, which the node reads back as "off")
+RETRIEVAL_OFF = ("", "off", "none", "false")
+
+
+def is_world_model(model_id: str) -> bool:
+    """A bundled shape-world model: its cameras show the shape world (docs/world-models.md)."""
+    return model_id.startswith("world-")
+
+
 def resolve_retrieval_path(retrieval_model_path: str, model_id: str) -> str:
     """The dual encoder the archive's index uses: 'auto' is the bundled shape-world one for a
-    bundled world model and none ('') for any other (its frames are not the shape world's); a
-    bundled dual encoder's name becomes its directory; anything else is returned unchanged."""
+    bundled world model and none ('') for any other (its frames are not the shape world's); 'off'
+    or 'none' is none; a bundled dual encoder's name becomes its directory; anything else is
+    returned unchanged."""
+    if str(retrieval_model_path).strip().lower() in RETRIEVAL_OFF:
+        return ""
     if retrieval_model_path == "auto":
-        return str(RETRIEVAL_DIR / WORLD_RETRIEVAL) if model_id.startswith("world-") else ""
+        return str(RETRIEVAL_DIR / WORLD_RETRIEVAL) if is_world_model(model_id) else ""
     if retrieval_model_path and (RETRIEVAL_DIR / retrieval_model_path / "config.json").is_file():
         return str(RETRIEVAL_DIR / retrieval_model_path)
     return retrieval_model_path

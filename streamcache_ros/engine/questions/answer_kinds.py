@@ -15,6 +15,7 @@ circle?"). Plain functions on strings: no model, no ROS.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from ..adapters.vocabulary import KIND_NAMES, AnswerVocabulary, words_of
@@ -37,6 +38,21 @@ QUESTION_RULES: tuple[tuple[str, tuple[str, ...]], ...] = (
 # Otherwise a question that starts with an auxiliary or modal verb asks yes or no ("Did you see a
 # red circle?", "Is the door open?"; the words `when` takes, checks.py), unless it offers a choice
 # ("Is it red or blue?" is not answered yes or no)
+
+
+# "Did you see a red circle?", "Have you seen the box?": whether something was in view at any moment of
+# the window (or of the whole memory) is retrieved, then verified, as `when` finds it
+# (questions/desk.py; docs/interfaces.md "Did you see ...?")
+SEEN_QUESTION = re.compile(r"^\W*(did|have|has)\s+(you|we|the\s+robot)\s+(ever\s+)?"
+                           r"(see|seen|spot|spotted|notice|noticed)\b", re.IGNORECASE)
+YES_NO_OPTIONS = ("yes", "no")
+
+
+def asks_if_seen(question: str, options: list[str] | tuple[str, ...] = ()) -> bool:
+    """Whether ``question`` asks if something was seen, answered yes or no: its words say so, and it
+    has no options or exactly the options yes and no (in any order and case)."""
+    wanted = sorted(o.strip().lower() for o in options)
+    return bool(SEEN_QUESTION.match(question)) and (not options or wanted == sorted(YES_NO_OPTIONS))
 
 
 def question_kind(question: str) -> str:
@@ -80,11 +96,12 @@ def vocabulary_of(adapter) -> AnswerVocabulary | None:
 
 def check_free_text(question: str, options: list[str], vocabulary: AnswerVocabulary | None,
                     model_id: str = "the model") -> FreeText:
-    """Before anything is encoded: a question without options to a model that declares its answers
-    must ask for a kind it answers, in words it knows (``check_words``); QuestionError naming what it
-    answers otherwise. A question with options, or to a model that declares nothing, is not checked
-    (``FreeText.expected`` "")."""
+    """Before anything is encoded: a question to a model that declares its answers must use words it
+    knows (``check_words``), with options or without; without options it must also ask for a kind it
+    answers. QuestionError naming what it answers otherwise. A model that declares nothing is not
+    checked, nor is a question with options for its kind (``FreeText.expected`` "")."""
     if options or vocabulary is None:
+        check_words(question, vocabulary, model_id)  # with options too: one check of the words for every path
         return FreeText("", None)
     expected = question_kind(question)
     if expected in vocabulary.words:

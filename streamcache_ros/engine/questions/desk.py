@@ -16,6 +16,7 @@ scratch memory the same question and books the answer as its own.
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 from typing import Callable
 
@@ -31,8 +32,19 @@ from ..status import Answer, ChunkReport, EvidenceFrame, Exchange, MemoryCounts,
 from . import answer_kinds, checks
 from . import when as when_search
 from .answering import YES_NO, QuestionRunner
-from .moment import MomentSettings, find_moment
+from .moment import YES, MomentSettings, confirm_moment, find_moment
 from .turns import TurnLock
+
+# a "Did you see ...?" answered no reports at most this P(yes): the best a verification that did not
+# confirm gave, kept below even so the probabilities agree with the answer
+NOT_YES = 0.49
+# a walk's moment the chunk alone does not confirm: the walk goes on past it, this many times a replay
+WALK_REJECTIONS = 3
+
+
+def _open(window: Window) -> tuple[float | None, float | None]:
+    """A window's bounds as a question takes them: None for an open end."""
+    return (None if window.since == -math.inf else window.since, None if window.until == math.inf else window.until)
 
 
 class QuestionDesk:
@@ -77,6 +89,8 @@ class QuestionDesk:
         if evidence_k < 0:
             raise QuestionError(f"evidence_k must be >= 0, got {evidence_k}")
         free_text = answer_kinds.check_free_text(question, options, vocabulary, self.adapter.model_id)
+        if answer_kinds.asks_if_seen(question, options) and self.config.options_mode == "scored":
+            return self._ask_seen(question, options, camera, since, until, evidence_k, on_text, free_text, started)
         with self.lock.question():
             seen = self._select(camera, window, len(ids), budget)
             replay = self.tier.plan_ask(ids, camera, window, seen.clock, question)
@@ -128,6 +142,40 @@ class QuestionDesk:
                                    frames_in_window=self.tier.frames_in_window(camera, window, None),
                                    total_ms=(time.perf_counter() - started) * 1e3)
 
+    def _ask_seen(self, question, options, camera, since, until, evidence_k, on_text, free_text, started) -> Answer:
+        """"Did you see X?": yes only where a moment that shows X is found and verified, as `when`
+        (mode last) finds it (retrieve, then verify); the moment is the first evidence. A plain
+        answer over a long window guesses: the models judge one chunk well and hundreds of frames
+        poorly (docs/interfaces.md "Did you see ...?")."""
+        found = self.when(question, "last", camera, since, until)
+        yes = found.found
+        p_yes = found.yes_probability if yes else min(found.yes_probability, NOT_YES)
+        options = list(options) or list(answer_kinds.YES_NO_OPTIONS)
+        said = [o.strip().lower() for o in options]
+        index = said.index("yes" if yes else "no")
+        probabilities = [p_yes if o == "yes" else 1.0 - p_yes for o in said]
+        total_ms = (time.perf_counter() - started) * 1e3
+        if on_text is not None:
+            on_text(options[index], options[index])
+        evidence = [EvidenceFrame(found.stamp, found.camera, p_yes)] if yes and evidence_k else []
+        if evidence:  # then the index's likeliest other sightings in the window (none without an index)
+            more = self.tier.sighting_frames(question, camera, checks.checked_window(since, until) or Window(),
+                                             evidence_k + 1)
+            evidence += [EvidenceFrame(s, c or found.camera, p) for s, c, p in more
+                         if abs(s - found.stamp) > 1e-6][:evidence_k - 1]
+        oldest, newest = self.tier.span(camera, checks.checked_window(since, until))
+        with self.lock.question():
+            self.history.append(Exchange(question, options[index], options))
+            del self.history[:-self.config.history_size]
+            self.last_ttft_ms = total_ms
+        return Answer(text=options[index], option_index=index, answer_tokens=1, ttft_ms=total_ms, total_ms=total_ms,
+                      frames_in_memory=found.frames_searched, oldest_stamp=oldest, newest_stamp=newest, kv_tokens=0,
+                      evidence=evidence, option_probabilities=probabilities, recalled_chunks=found.recalled_chunks,
+                      searched_since=found.searched_since, evicted_before=found.evicted_before,
+                      frames_in_window=found.frames_in_window, holes=found.holes, found_by=found.found_by,
+                      index_candidates=found.index_candidates, search_complete=found.search_complete,
+                      **free_text.judge(options[index]))
+
     # -- when -------------------------------------------------------------------------------------
     def when(self, question: str, mode: str = "last", camera: str = "", since: float | None = None,
              until: float | None = None) -> WhenAnswer:
@@ -141,6 +189,8 @@ class QuestionDesk:
             in_hole = any(hole.since < found.stamp for hole in holes)
         else:
             in_hole = any(hole.until > found.stamp for hole in holes) if mode == "last" else bool(holes)
+        if not found.search_complete:
+            self.tier.incomplete_answers += 1
         return dataclasses.replace(found, holes=holes, may_lie_in_hole=in_hole,
                                    evicted_before=found.evicted_before or bool(holes),
                                    may_be_older=found.may_be_older or (mode == "first" and found.found and in_hole))
@@ -202,20 +252,42 @@ class QuestionDesk:
 
     def _when_replays(self, replays, question, mode, camera, since, until, started) -> WhenAnswer:
         """``when`` over the archive's replays (at least one), tried in order until one finds the
-        answer (recall/tier.py), off the turn lock."""
-        found, chunks, asked, searched, at_edge, left_out = None, 0, 0, 0, False, 0
+        answer (recall/tier.py), off the turn lock. A moment a replay's search finds is judged a
+        second time, its chunk replayed alone (``confirm_moment``); one it does not confirm is passed
+        over and the search goes on in the same replay past it, WALK_REJECTIONS times at most."""
+        found, chunks, asked, searched, at_edge, left_out, gave_up = None, 0, 0, 0, False, 0, False
+        window = checks.checked_window(since, until) or Window()
         for tried, replay in enumerate(replays):
             left_out += replay.left_out  # a timeline over a window longer than one replay
-            found = replay.session.when(question, mode, camera, since, until)
-            chunks, asked, searched = chunks + len(replay.chunks), asked + found.questions_asked, \
-                searched + found.frames_searched
+            span = window
+            for _ in range(WALK_REJECTIONS + 1):
+                found = replay.session.when(question, mode, camera, *_open(span))
+                chunks, asked = chunks + len(replay.chunks) * (span is window), asked + found.questions_asked
+                if not found.found or mode == "timeline":
+                    break
+                confirmed = confirm_moment(self.tier, question, camera, found.stamp, window)
+                chunks, asked = chunks + 1, asked + 1
+                if confirmed is None or confirmed >= YES:
+                    break
+                # not confirmed: the search goes on past that moment's chunk, in this replay
+                held = next((r for r in replay.chunks if r.first_stamp <= found.stamp <= r.last_stamp), None)
+                edge = held.first_stamp if held is not None else found.stamp
+                span = (Window(span.since, edge - 1e-6) if mode == "last" else
+                        Window((held.last_stamp if held is not None else found.stamp) + 1e-6, span.until))
+                found = dataclasses.replace(found, found=False, yes_probability=confirmed)
+                if span.since > span.until:
+                    break
+            else:
+                gave_up = True  # more moments than it would confirm: the rest of this replay unread
+            searched += found.frames_searched
             at_edge = found.may_be_older and tried == 0  # mode first walks the oldest replay first
             if found.found:
                 break
-        window = checks.checked_window(since, until)
         found = dataclasses.replace(found, recalled_chunks=chunks, questions_asked=asked, frames_searched=searched,
                                     may_be_older=at_edge, total_ms=(time.perf_counter() - started) * 1e3,
-                                    found_by="walk")
+                                    found_by="walk", search_complete=found.search_complete and not left_out
+                                    and not (gave_up and not found.found))
+        window = checks.checked_window(since, until)
         with self.lock.question():
             self.questions_answered += 1
             found = self._with_reach(found, camera, window, self.tier.seen_counts(camera, window), archive_read=True)
@@ -312,14 +384,25 @@ class QuestionDesk:
     def _check_something_seen(self, camera: str, window: Window | None) -> None:
         """QuestionError when a question about ``camera`` over ``window`` would see nothing even once
         the queued frames are encoded: none of them, no frame in the working memory and none in
-        the archive falls there."""
+        the archive falls there; or only fragments of frames the archive lost to a hole. With an
+        archive the refusal says what it holds and names the holes (``MemoryTier.absence``)."""
         waiting = self.waiting(camera)
         if any((window or Window()).holds(stamp) for stamp in waiting):
             return
         if self.tier.holds(window, camera):
             return
-        if not self.ledger.units and waiting:
+        archived = self.tier.holds(None, camera)  # the archive holds this camera's stream, elsewhere in time
+        if archived and window is not None and self.tier.holes_in(camera, window):
+            held = self.tier.seen_counts(camera, window)  # HERMES's fragments of a frame are not the frame
+            if held is None or not held.frames:
+                raise QuestionError(self.tier.absence(camera, window))
+        if not self.ledger.units and waiting and not archived:
             raise QuestionError(f"no frames between {Window.describe(window.since)} and {Window.describe(window.until)} "
                                 f"(the frames waiting for their chunk are stamped {min(waiting):.3f} to "
                                 f"{max(waiting):.3f}): widen since/until")
-        self.ledger.visible(camera, window)  # refuses when it sees nothing there
+        try:
+            self.ledger.visible(camera, window)  # refuses when it sees nothing there
+        except QuestionError:
+            if archived:  # say what the archive holds, never "wait for the camera stream"
+                raise QuestionError(self.tier.absence(camera, window)) from None
+            raise

@@ -1,27 +1,34 @@
 """Find the moment: ``when`` over an indexed archive, retrieve then verify (docs/archive.md "When
 with the index").
 
-1. A standing question that stood over the whole window answers from the P(yes) already noted for
-   every chunk: the newest (``last``) or oldest (``first``) chunk that said yes, no replay.
-2. Otherwise the index ranks every frame of the window. Its candidates (chunks with a frame at or
-   above the threshold) are verified newest first for ``last``, oldest first for ``first``: each is
-   replayed alone (a short stream, what the models judge best) and asked the question; the first
-   one the model confirms is the answer, at its newest (oldest) frame above the threshold.
-3. ``timeline`` is the index's P(yes) per frame over the whole window, no replay.
+1. The index ranks every frame of the window. A chunk is a *candidate* when one of its frames inside
+   the window is a sighting (P(yes) at or above the threshold in a run of ``min_run`` frames; a run
+   cut by the window's edge counts with its frames outside). A standing question that stood over a
+   chunk wholly inside the window has its answer noted: that chunk is decided by it, no replay.
+2. Candidates are verified newest first for ``last``, oldest first for ``first``, each replayed alone
+   (a short stream, what the models judge best) over the window's part of it, and asked the
+   question; the first one the model confirms is the answer, at its newest (oldest) sighting.
+3. Whether "nothing confirmed" is an answer depends on the index (recall/index/calibration.py): a
+   *trusted* index that narrowed the window (every candidate verified) has searched it; otherwise the
+   window's chunks beyond the answer (all of them when none) are walked, each replayed alone and
+   searched, ``walk_chunks`` at most. What was not read is said: ``search_complete`` false, and
+   ``found_by`` "index_unsure" for a not found, "walk" for a moment the walk found.
+4. ``timeline`` is the index's P(yes) for every frame of the window, no replay (complete when the
+   index is trusted).
 
-A window with no candidate answers not found: the walk a ``when`` did before the index took the
-first false yes it met (docs/archive.md). Only a window with chunks the index does not cover is
-walked (``None`` here; the Session then walks).
+A window with chunks the index does not cover returns None: the desk walks it.
 """
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass
 
 import numpy as np
 
 from ..memory.ledger import Window
-from ..recall.index import candidate_chunks, sightings
+from ..recall.archive import ArchivedChunk
+from ..recall.index import Candidate, FrameScores, candidate_chunks, sightings
 from ..recall.tier import MemoryTier
 from ..status import WhenAnswer
 from .answering import YES_NO
@@ -31,64 +38,195 @@ YES = 0.5
 
 @dataclass
 class MomentSettings:
-    verify_chunks: int = 4  # candidates replayed at most before the answer is "not found"
+    verify_chunks: int = 4  # index candidates replayed at most
+    walk_chunks: int = 16  # where the index cannot settle a window: its chunks walked at most
+
+
+@dataclass
+class _Search:
+    """What a search has spent and found so far."""
+
+    window: Window
+    mode: str
+    started: float
+    frames: int = 0  # frames of the window ranked
+    replayed: int = 0  # one-chunk replays
+    asked: int = 0  # questions asked of them
+
+    @property
+    def newest_first(self) -> bool:
+        return self.mode == "last"
+
+    def answer(self, found: bool, stamp: float = 0.0, camera: str = "", p: float = 0.0, found_by: str = "index",
+               candidates: int = 0, complete: bool = True, timeline=((), ())) -> WhenAnswer:
+        return WhenAnswer(found, stamp, camera, p, list(timeline[0]), list(timeline[1]), self.asked,
+                          (time.perf_counter() - self.started) * 1e3, self.frames, recalled_chunks=self.replayed,
+                          found_by=found_by, index_candidates=candidates, search_complete=complete)
 
 
 def find_moment(tier: MemoryTier, question: str, mode: str, camera: str, window: Window,
                 settings: MomentSettings, started: float, standing=None) -> WhenAnswer | None:
-    """The ``when`` answer from the index, or from ``standing`` (``MemoryTier.standing_answers``,
-    read by the caller); None when the window has chunks the index does not cover."""
-    scores = tier.index_scores(question, camera, window)
-    if standing is not None:
-        return _from_standing(standing, scores, mode, window, started)
-    if scores is None:
+    """The ``when`` answer from the index (and ``standing``: ``MemoryTier.standing_answers``, read by
+    the caller); None when the window has chunks the index does not cover and no standing question
+    decides them."""
+    encoder = tier.encoder
+    wide = tier.index_scores(question, camera, window, margin_frames=encoder.settings.min_run - 1) \
+        if encoder is not None else None
+    if wide is None and standing is None:
         return None
-    threshold = tier.encoder.settings.threshold
+    decided = _standing_chunks(standing, window)
+    search = _Search(window, mode, started)
+    if wide is None:  # a standing question stood over the window, no index: its cut chunks are walked
+        search.frames = sum(sum(1 for s in row.stamps if window.holds(s)) for row, _ in standing)
+        cut = [row for row, _ in standing if row.chunk_id not in decided]
+        found, _, best_p = _in_order(tier, question, camera, [], decided, cut, None, settings, search)
+        return found or search.answer(False, p=best_p, found_by="standing")
+    inside = (wide.stamps >= window.since) & (wide.stamps <= window.until)
+    search.frames = int(inside.sum())
+    seen = sightings(wide.probability, encoder.settings.threshold, encoder.settings.min_run) & inside
     if mode == "timeline":
-        above = np.flatnonzero(sightings(scores.probability, threshold, tier.encoder.settings.min_run))
+        scores = wide.inside(window.since, window.until)
+        above = np.flatnonzero(seen[inside])
         last = int(above[-1]) if len(above) else -1
-        return _answer(last >= 0, float(scores.stamps[last]) if last >= 0 else 0.0, camera,
-                       float(scores.probability[last]) if last >= 0 else float(scores.probability.max()),
-                       scores.stamps.tolist(), scores.probability.tolist(), 0, started, len(scores), 0, "index")
-    candidates = candidate_chunks(scores, threshold, newest_first=mode == "last",
-                                  min_run=tier.encoder.settings.min_run)
-    asked = replayed = 0
-    for candidate in candidates[:settings.verify_chunks]:
-        replay = tier.replay_chunks([candidate.chunk_id], scores)
-        if replay is None:
+        p = float(scores.probability[last]) if last >= 0 else float(scores.probability.max(initial=0.0))
+        return search.answer(last >= 0, float(scores.stamps[last]) if last >= 0 else 0.0, "", p,
+                             complete=encoder.trusted, timeline=(scores.stamps.tolist(), scores.probability.tolist()))
+    candidates = candidate_chunks(wide, encoder.settings.threshold, newest_first=search.newest_first,
+                                  min_run=encoder.settings.min_run, keep=inside)
+    found, verified, best_p = _in_order(tier, question, camera, candidates, decided, [], wide, settings, search)
+    if found is not None and found.found_by == "standing":
+        return found
+    every_candidate_read = all(c.chunk_id in verified or c.chunk_id in decided for c in candidates)
+    if found is not None:
+        found = dataclasses.replace(found, index_candidates=len(candidates))
+    if encoder.trusted and (found is not None or every_candidate_read):
+        by = "standing" if decided and not candidates else "index"
+        return found or search.answer(False, p=best_p, found_by=by, candidates=len(candidates))
+    # the index cannot settle it: walk the window's chunks beyond the answer (all, with none); a trusted
+    # index that proposed more than it verified: its candidates left
+    rows = _beyond(wide, inside, found, verified | set(decided), search)
+    if encoder.trusted:
+        rows = [row for row in rows if row.chunk_id in {c.chunk_id for c in candidates}]
+    walked = _walk(tier, question, camera, rows, settings, search)
+    if walked.found:
+        return dataclasses.replace(walked, index_candidates=len(candidates))
+    if found is not None:
+        return dataclasses.replace(found, search_complete=walked.search_complete)
+    return search.answer(False, p=max(best_p, walked.yes_probability), found_by="index_unsure",
+                         candidates=len(candidates), complete=walked.search_complete)
+
+
+def _standing_chunks(standing, window: Window) -> dict[int, tuple[ArchivedChunk, float]]:
+    """The chunks a standing question decides: those wholly inside ``window`` (a chunk cut by the
+    window was answered over frames outside it too: the index decides it, or a walk), by archive id."""
+    if standing is None:
+        return {}
+    return {row.chunk_id: (row, p) for row, p in standing if all(window.holds(s) for s in row.stamps)}
+
+
+def _in_order(tier: MemoryTier, question: str, camera: str, candidates: list[Candidate], decided: dict,
+              to_walk: list[ArchivedChunk], scores: FrameScores | None, settings: MomentSettings, search: _Search):
+    """(the answer found, the candidates' chunk ids verified, the best P(yes) that did not confirm):
+    the chunks a standing question decided (no replay), the index's candidates (verified, at most
+    ``verify_chunks``) and ``to_walk`` (searched alone), in the search's order."""
+    edge = (lambda row: row.last_stamp) if search.newest_first else (lambda row: row.first_stamp)
+    order = [(edge(row), "standing", (row, p)) for row, p in decided.values()]
+    order += [(c.stamp, "candidate", c) for c in candidates if c.chunk_id not in decided]
+    order += [(edge(row), "walk", row) for row in to_walk]
+    order.sort(key=lambda item: item[0], reverse=search.newest_first)
+    verified, best_p = set(), 0.0
+    for _, kind, item in order:
+        if kind == "standing":
+            row, p = item
+            if p >= YES:
+                inside = [s for s in row.stamps if search.window.holds(s)]
+                stamp = max(inside) if search.newest_first else min(inside)
+                return search.answer(True, stamp, row.camera, p, "standing"), verified, best_p
+            best_p = max(best_p, p)
+        elif kind == "walk":
+            walked = _walk(tier, question, camera, [item], settings, search)
+            if walked.found:
+                return walked, verified, best_p
+            best_p = max(best_p, walked.yes_probability)
+        elif len(verified) < settings.verify_chunks:
+            verified.add(item.chunk_id)
+            replay = tier.replay_chunks([item.chunk_id], scores)
+            if not tier.encoder.trusted:  # its sightings say nothing of where in the chunk: searched as walked
+                walked = _search_replay(replay, question, camera, search)
+                if walked is not None and walked.found:
+                    return dataclasses.replace(walked, found_by="index"), verified, best_p
+                best_p = max(best_p, walked.yes_probability if walked is not None else 0.0)
+                continue
+            p, found_camera = _confirm(tier, question, camera, replay, search)
+            if p is not None and p >= YES:
+                return search.answer(True, item.stamp, found_camera, p), verified, best_p
+            best_p = max(best_p, p or 0.0)
+    return None, verified, best_p
+
+
+def _confirm(tier: MemoryTier, question: str, camera: str, replay, search: _Search) -> tuple[float | None, str]:
+    """(P(yes) of ``question`` over ``replay``'s part of the window, the camera it read); None when
+    its chunk left the archive meanwhile."""
+    if replay is None:
+        return None, ""
+    since, until = search.window.bounds()
+    reply = replay.session.ask(question, list(YES_NO), camera, since=None if since == -np.inf else since,
+                               until=None if until == np.inf else until, evidence_k=0)
+    search.replayed, search.asked = search.replayed + 1, search.asked + 1
+    p = float(reply.option_probabilities[0]) if reply.option_probabilities else float(reply.option_index == 0)
+    return p, replay.chunks[0].camera
+
+
+def confirm_moment(tier: MemoryTier, question: str, camera: str, stamp: float, window: Window) -> float | None:
+    """P(yes) of ``question`` over the archived chunk that holds the frame stamped ``stamp`` (of
+    ``camera``), replayed alone, over ``window``'s part of it: a walk's moment judged a second time,
+    in a short stream of its own; None when no archived chunk holds that frame."""
+    replay = tier.replay_rows([ArchivedChunk(-1, camera, stamp, stamp, [stamp], [], 0)])
+    p, _ = _confirm(tier, question, camera, replay, _Search(window, "last", 0.0))
+    return p
+
+
+def _beyond(wide: FrameScores, inside: np.ndarray, found: WhenAnswer | None, verified: set[int],
+            search: _Search) -> list[ArchivedChunk]:
+    """The window's chunks a walk still has to read, in the search's order: those not verified,
+    newer (``last``) / older (``first``) than the answer found, every one when none."""
+    ids = wide.chunk_ids[inside]
+    stamps = wide.stamps[inside]
+    rows = []
+    for chunk_id in dict.fromkeys(ids.tolist()):
+        if chunk_id in verified:
             continue
-        since, until = window.bounds()
-        reply = replay.session.ask(question, list(YES_NO), camera, since=None if since == -np.inf else since,
-                                   until=None if until == np.inf else until, evidence_k=0)
-        asked, replayed = asked + 1, replayed + 1
-        p_yes = float(reply.option_probabilities[0]) if reply.option_probabilities else float(reply.option_index == 0)
-        if p_yes >= YES:
-            found_camera = replay.chunks[0].camera
-            return _answer(True, candidate.stamp, found_camera, p_yes, [], [], asked, started, len(scores), replayed,
-                           "index", candidates=len(candidates))
-    return _answer(False, 0.0, "", 0.0, [], [], asked, started, len(scores), replayed, "index",
-                   candidates=len(candidates))
+        own = stamps[ids == chunk_id].tolist()
+        if found is not None and ((max(own) <= found.stamp) if search.newest_first else (min(own) >= found.stamp)):
+            continue
+        rows.append(ArchivedChunk(int(chunk_id), wide.cameras.get(int(chunk_id), ""), min(own), max(own), own, [], 0))
+    return sorted(rows, key=lambda r: r.first_stamp, reverse=search.newest_first)
 
 
-def _from_standing(standing, scores, mode: str, window: Window, started: float) -> WhenAnswer:
-    """The newest / oldest chunk whose standing P(yes) said yes, at its newest / oldest frame the
-    index ranks above the threshold when it is indexed, else at the chunk's edge."""
-    yes = [(row, p) for row, p in standing if p >= YES]
-    frames = sum(sum(1 for s in row.stamps if window.holds(s)) for row, _ in standing)
-    if not yes:
-        return _answer(False, 0.0, "", max(p for _, p in standing), [], [], 0, started, frames, 0, "standing")
-    row, p = yes[-1] if mode == "last" else yes[0]
-    inside = [s for s in row.stamps if window.holds(s)]
-    stamp = max(inside) if mode == "last" else min(inside)
-    if scores is not None:
-        mine = (scores.chunk_ids == row.chunk_id)
-        ranked = scores.stamps[mine & (scores.probability >= 0.5)]
-        if len(ranked):
-            stamp = float(ranked.max() if mode == "last" else ranked.min())
-    return _answer(True, stamp, row.camera, p, [], [], 0, started, frames, 0, "standing")
+def _walk(tier: MemoryTier, question: str, camera: str, rows: list[ArchivedChunk], settings: MomentSettings,
+          search: _Search) -> WhenAnswer:
+    """``rows`` searched in order, each replayed alone, ``walk_chunks`` at most: the first whose
+    search finds the answer (its newest / oldest unit saying yes) is it. Complete when every row was
+    read."""
+    best = 0.0
+    for row in rows[:settings.walk_chunks]:
+        found = _search_replay(tier.replay_rows([row]), question, camera, search)
+        if found is not None and found.found:
+            return found
+        best = max(best, found.yes_probability if found is not None else 0.0)
+    return search.answer(False, p=best, found_by="walk", complete=len(rows) <= settings.walk_chunks)
 
 
-def _answer(found: bool, stamp: float, camera: str, p: float, timeline_stamps, timeline_p, asked: int,
-            started: float, frames: int, replayed: int, found_by: str, candidates: int = 0) -> WhenAnswer:
-    return WhenAnswer(found, stamp, camera, p, timeline_stamps, timeline_p, asked, (time.perf_counter() - started) * 1e3,
-                      frames, recalled_chunks=replayed, found_by=found_by, index_candidates=candidates)
+def _search_replay(replay, question: str, camera: str, search: _Search) -> WhenAnswer | None:
+    """``replay`` (one chunk) searched as the working memory is, over the window's part of it: its
+    tile, then its units; the answer at the newest (oldest) unit saying yes (``found_by`` walk).
+    None when the chunk left the archive meanwhile."""
+    if replay is None:
+        return None
+    since, until = search.window.bounds()
+    found = replay.session.when(question, search.mode, camera, None if since == -np.inf else since,
+                                None if until == np.inf else until)
+    search.replayed, search.asked = search.replayed + 1, search.asked + found.questions_asked
+    if not found.found:
+        return search.answer(False, p=found.yes_probability, found_by="walk")
+    return search.answer(True, found.stamp, found.camera, found.yes_probability, "walk")

@@ -8,8 +8,8 @@ indices):
 
 - ``last`` / ``first``: the units cut into short tiles (about one chunk each), every tile asked at
   once; then the newest (oldest) tile answering yes is asked unit by unit, and its newest (oldest)
-  unit answering yes is the answer. A tile none of whose units says yes alone is taken for a false
-  alarm and the next tile is tried (a few at most). Short windows because the models judge them far
+  unit answering yes alone is the answer. A tile none of whose units says yes alone is a false
+  alarm and the next yes tile is tried; with no unit saying yes the answer is "never". Short windows because the models judge them far
   better than long ones: "seen" over 8 frames is right 0.93–0.97 of the time at 128 frames, over the
   whole 128 frames 0.68–0.76, over 512 frames 0.50–0.56 (docs/world-models.md "When"); a k-ary search
   on "seen since t" asks windows as long as the memory and scored 0.17–0.28 at 512 frames.
@@ -39,7 +39,6 @@ Oracle = Callable[[list[list[int]]], list[float]]
 class SearchSettings:
     rows_per_pass: int = 64  # windows asked together in one forward pass at most
     tile_units: int = 4  # last / first: units per tile (the Session: one chunk's units)
-    tries: int = 3  # last / first: tiles refined before the first yes tile is taken as it is
     coarse_windows: int = 32  # the timeline's first pass: at most this many windows
     refine_above: float = 0.2  # a coarse window this likely to hold a yes is asked unit by unit
 
@@ -48,7 +47,7 @@ class SearchSettings:
         """The defaults, never more windows a pass than one forward pass takes (``rows``); the
         Session's tiles are one chunk's units, the windows standing questions and training ask."""
         default = cls()
-        return cls(min(default.rows_per_pass, rows), max(1, tile_units), default.tries,
+        return cls(min(default.rows_per_pass, rows), max(1, tile_units),
                    min(default.coarse_windows, rows), default.refine_above)
 
 
@@ -62,6 +61,7 @@ class Found:
     yes_probability: float = 0.0
     timeline: list[float] = field(default_factory=list)
     windows_asked: int = 0
+    complete: bool = True  # false: tiles that said yes were left unasked (more than a pass takes)
 
 
 class Counted:
@@ -96,24 +96,29 @@ def search(mode: str, count: int, oracle: Oracle, settings: SearchSettings | Non
 
 def scan(count: int, asked: Counted, settings: SearchSettings, newest: bool) -> Found:
     """The newest (``newest``) or oldest unit answering yes: tiles of ``tile_units`` units asked at
-    once, then the units of the newest (oldest) yes tile one by one. A tile whose units all say no
-    alone is passed over for the next yes tile, ``tries`` tiles at most; after that the first yes
-    tile's edge unit is the answer (the tile as a whole said yes). -1: no tile says yes."""
+    once, then the yes tiles' units one by one, newest (oldest) tile first, until one says yes alone
+    (a pass's rows, ``rows_per_pass``, at most). A tile none of whose units says yes alone was a
+    false alarm; with no unit saying yes the answer is "never" (-1). Taking a yes tile as it stood
+    once made a false yes of every window the tiles misjudged."""
     size = settings.tile_units
     tiles = [list(range(start, min(start + size, count))) for start in range(0, count, size)]
     tile_p = asked(tiles)
     order = sorted((i for i, p in enumerate(tile_p) if p >= YES), reverse=newest)
     if not order:
         return Found(-1, max(tile_p))
-    for t in order[:settings.tries]:
+    best, spent = 0.0, 0
+    for tried, t in enumerate(order):
         units = tiles[t]
+        if tried and spent + len(units) > settings.rows_per_pass:  # one pass's rows spent: the rest unasked
+            return Found(-1, best, complete=False)
         unit_p = asked([[u] for u in units]) if len(units) > 1 else [tile_p[t]]
+        spent += len(units) if len(units) > 1 else 0
         yes = [(u, p) for u, p in zip(units, unit_p) if p >= YES]
         if yes:
             unit, p = yes[-1] if newest else yes[0]
             return Found(unit, p)
-    first = tiles[order[0]]
-    return Found(first[-1] if newest else first[0], tile_p[order[0]])
+        best = max(best, *unit_p)
+    return Found(-1, best)
 
 
 def timeline(count: int, asked: Counted, settings: SearchSettings) -> Found:
@@ -147,4 +152,4 @@ def answer(found: Found, mode: str, units: list[UnitInfo], window: Window, total
     searched = [s for f in frames for s in f]
     return WhenAnswer(found.index >= 0, stamp, camera, found.yes_probability, timeline_stamps, timeline_yes,
                       found.windows_asked, total_ms, len(searched), searched_since=min(searched, default=0.0),
-                      may_be_older=mode == "first" and found.index == 0)
+                      may_be_older=mode == "first" and found.index == 0, search_complete=found.complete)

@@ -26,18 +26,23 @@ from typing import Any, Callable, Protocol
 import numpy as np
 import torch
 
+from ..adapters.models import RETRIEVAL_DIR, is_world_model
 from ..cache import CachePolicy
 from ..cache.evidence import retention
 from ..memory.ledger import UnitLedger, Window
 from ..errors import QuestionError
-from ..status import Hole, MemoryCounts, MemoryTimeline
+from ..status import Hole, IndexStatus, MemoryCounts, MemoryTimeline
 from .archive import Archive, ArchivedChunk, EncodedChunk, question_vector
 from .archive.thumbnails import encode_all as encode_thumbnails
 from .index import FrameScores, RetrievalEncoder, best_by_chunk, rank_frames
+from .index.calibration import CALIBRATION_FILE
 
 log = logging.getLogger("streamcache_ros.archive")
 # standing answers are noted for the newest chunks only: older ones have left the ledger's window
 WATCHED_CHUNKS = 64
+# what each kind of hole means, in a refusal (docs/archive.md "Holes")
+HOLE_REASONS = {"bound": "its frames were dropped by archive_max_bytes", "disk": "its frames were never written: the "
+                "disk was full or failing", "down": "the node was down"}
 
 
 class ScratchMemory(Protocol):
@@ -83,16 +88,29 @@ class MemoryTier:
         self.parts: dict[str, tuple[list, list[int], list[int]]] = {}
         self.chunk_frames = 0  # 0: parts stay as they are
         self.encode_whole = None  # (camera, frames) -> EncodedChunk: the vision encoder alone
+        self.incomplete_answers = 0  # answers that could not read every part of their window (the desk counts)
 
     # -- the archive ------------------------------------------------------------------------------
     def attach(self, archive: Archive, key_layers: tuple[int, ...], encoder: RetrievalEncoder | None = None) -> None:
         """From now on every chunk kept goes to ``archive`` with its retrieval key at ``key_layers``,
         and its frames' vectors when ``encoder`` indexes them (docs/archive.md "The index")."""
+        if encoder is not None and encoder.calibration is None:  # how far its answers can be trusted
+            encoder.calibrate(RETRIEVAL_DIR / CALIBRATION_FILE, shape_world=is_world_model(self.adapter.model_id))
         self.archive, self.key_layers, self.encoder = archive, tuple(key_layers), encoder
         self.archive_ids.clear()
         self.parts.clear()
         if encoder is not None:
-            archive.use_index(encoder.model_id)
+            archive.use_index(encoder.identity)
+
+    def index_status(self) -> IndexStatus | None:
+        """The index in use, how far it is trusted, and the answers it left incomplete; None without one."""
+        encoder = self.encoder
+        if self.archive is None or encoder is None:
+            return None
+        calibration = encoder.calibration
+        return IndexStatus(encoder.identity, encoder.trusted, encoder.describe(),
+                           calibration.recall if calibration else 0.0, calibration.false_yes if calibration else 0.0,
+                           self.incomplete_answers)
 
     def index_frames(self, frames: list) -> np.ndarray | None:
         """The index's vectors of a chunk's frames (ingest calls it); None without an index."""
@@ -235,15 +253,20 @@ class MemoryTier:
         return {"question": self._question(ids, clock)}
 
     # -- the index ----------------------------------------------------------------------------------
-    def index_scores(self, question: str, camera: str, window: Window) -> FrameScores | None:
-        """The index's P(yes) for every archived frame of ``window`` (of ``camera``); None without
-        an index, or when a chunk there is not indexed (archived before the index, or by another
-        dual encoder): then nothing is ranked by it."""
+    def index_scores(self, question: str, camera: str, window: Window, margin_frames: int = 0) -> FrameScores | None:
+        """The index's P(yes) for every archived frame of ``window`` (of ``camera``), and of the
+        ``margin_frames`` frames either side of it (a run of sightings cut by the window's edge is
+        judged whole); None without an index, or when a chunk inside the window is not indexed
+        (archived before the index, or by another dual encoder): then nothing is ranked by it."""
         if self.archive is None or self.encoder is None:
             return None
         stamps, chunk_ids, vectors, unindexed = self.archive.frame_index(*window.bounds(), camera)
         if unindexed or not len(stamps):
             return None
+        if margin_frames > 0 and len(stamps) > 1:
+            spacing = float(np.median(np.diff(np.unique(stamps)))) if len(np.unique(stamps)) > 1 else 0.0
+            reach = margin_frames * spacing * 1.5
+            stamps, chunk_ids, vectors, _ = self.archive.frame_index(window.since - reach, window.until + reach, camera)
         p = rank_frames(vectors, self.encoder.embed_text(question), self.encoder.probability)
         return FrameScores(stamps, chunk_ids, p, self.archive.chunk_cameras(np.unique(chunk_ids).tolist()))
 
@@ -258,6 +281,22 @@ class MemoryTier:
                                          stamps, [], 0))
         rows = self.archive.as_held_now(planned)
         return self._replay(rows, recalled=len(rows))
+
+    def sighting_frames(self, question: str, camera: str, window: Window, k: int) -> list[tuple[float, str, float]]:
+        """(stamp, camera, P(yes)) of the ``k`` frames of ``window`` the index ranks most likely to
+        show what ``question`` names, at or above its threshold, most likely first; none without an
+        index (more evidence for a "did you see" answered yes, after the moment verified)."""
+        scores = self.index_scores(question, camera, window) if k > 0 else None
+        if scores is None:
+            return []
+        best = [int(i) for i in np.argsort(-scores.probability, kind="stable")[:k]
+                if scores.probability[i] >= self.encoder.settings.threshold]
+        return [(float(scores.stamps[i]), scores.cameras.get(int(scores.chunk_ids[i]), ""),
+                 float(scores.probability[i])) for i in best]
+
+    def replay_rows(self, rows: list[ArchivedChunk]) -> Replay | None:
+        """A short replay of ``rows`` (light ones will do) as the archive holds them now."""
+        return self._replay(self.archive.as_held_now(rows), recalled=len(rows))
 
     def standing_answers(self, question: str, camera: str, window: Window) -> list[tuple[ArchivedChunk, float]] | None:
         """The P(yes) a standing question got over every archived chunk of ``window``, oldest first;
@@ -336,6 +375,17 @@ class MemoryTier:
             row.chunk = None  # payloads go as soon as they are prefilled
         return scratch, loaded, gone
 
+    def span(self, camera: str, window: Window | None) -> tuple[float, float]:
+        """(the oldest, the newest) frame stamp held inside ``window`` (of ``camera``), in the working
+        memory or the archive; (0.0, 0.0) for none."""
+        held = self.seen_counts(camera, window)
+        stamps = [held.oldest_stamp, held.newest_stamp] if held is not None and held.frames else []
+        if self.archive is not None:
+            since, until = (window or Window()).bounds()
+            stamps += [s for s in (self.archive.oldest_stamp(since, until, camera),
+                                   self.archive.newest_stamp(since, until, camera)) if math.isfinite(s)]
+        return (min(stamps), max(stamps)) if stamps else (0.0, 0.0)
+
     def frames_in_window(self, camera: str, window: Window | None, held: MemoryCounts | None) -> int:
         """Frames held inside ``window`` (of ``camera``): the archive's (every chunk goes there) or,
         without one, the working memory's ``held``."""
@@ -354,6 +404,30 @@ class MemoryTier:
         if self.archive is None:
             return []
         return [Hole(*hole) for hole in self.archive.holes(*(window or Window()).bounds(), camera)]
+
+    def absence(self, camera: str, window: Window | None) -> str:
+        """Why a question about ``camera`` over ``window`` sees nothing, for its refusal: what the
+        archive and the working memory hold, and the holes that lie in the window."""
+        window = window or Window()
+        since, until = window.bounds()
+        source = f" of camera '{camera}'" if camera else ""
+        oldest, newest = self.archive.oldest_stamp(camera=camera), self.archive.newest_stamp(camera=camera)
+        held = f"the archive holds frames{source} stamped {oldest:.3f} to {newest:.3f}"
+        memory = self.seen_counts(camera, None)
+        if memory is not None and memory.frames:
+            held += f", the working memory {memory.oldest_stamp:.3f} to {memory.newest_stamp:.3f}"
+        holes = self.holes_in(camera, window)
+        if holes:
+            why = "the window lies in " + "; ".join(
+                f"a hole from {h.since:.3f} to {h.until:.3f} ({HOLE_REASONS.get(h.reason, h.reason)})" for h in holes)
+        elif since > newest:
+            why = f"nothing newer than {newest:.3f} has been seen yet"
+        elif until < oldest:
+            why = f"the oldest frame held is stamped {oldest:.3f}"
+        else:
+            why = "no frame was seen in that span"
+        return (f"no frames{source} in memory between {Window.describe(since)} and {Window.describe(until)}: {why}; "
+                f"{held}: widen since/until")
 
     def reads_archive(self, window: Window | None) -> bool:
         """Whether a question over ``window`` (None: none) could read the archive: with one

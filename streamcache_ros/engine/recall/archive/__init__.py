@@ -133,6 +133,10 @@ class Archive:
         none (an answer's reach, docs/interfaces.md "How far back an answer reaches")."""
         return self.store.oldest_stamp(since, until, camera)
 
+    def newest_stamp(self, since: float = -math.inf, until: float = math.inf, camera: str = "") -> float:
+        """The newest archived frame stamp inside since..until (of ``camera``); -inf for none."""
+        return self.store.newest_stamp(since, until, camera)
+
     def window(self, since: float = -math.inf, until: float = math.inf, camera: str = "",
                question: np.ndarray | None = None, chunk_scores: dict[int, float] | None = None) -> list[ArchivedChunk]:
         """The chunks a question over since..until replays (``window_plan``), oldest first, ranked

@@ -67,6 +67,9 @@ class ChunkStore(Protocol):
     def oldest_stamp(self, since: float = -math.inf, until: float = math.inf, camera: str = "") -> float:
         """The oldest archived frame stamp inside since..until (of ``camera``); +inf for none."""
 
+    def newest_stamp(self, since: float = -math.inf, until: float = math.inf, camera: str = "") -> float:
+        """The newest archived frame stamp inside since..until (of ``camera``); -inf for none."""
+
     def frames_between(self, since: float = -math.inf, until: float = math.inf, camera: str = "") -> int:
         """How many archived frames are stamped inside since..until (of ``camera``)."""
 

@@ -55,6 +55,12 @@ class IndexCache:
         firsts = [float(inside.min()) for inside in [stamps[keep]] + [i for _, i in unindexed] if len(inside)]
         return min(firsts, default=np.inf)
 
+    def newest(self, since: float, until: float, camera: str) -> float:
+        """The newest frame stamp inside since..until (of ``camera``), indexed or not; -inf for none."""
+        (stamps, *_), keep, unindexed = self._inside(since, until, camera)
+        lasts = [float(inside.max()) for inside in [stamps[keep]] + [i for _, i in unindexed] if len(inside)]
+        return max(lasts, default=-np.inf)
+
     def _inside(self, since: float, until: float, camera: str):
         """(the joined arrays, which indexed frames lie inside since..until (of ``camera``), each
         unindexed chunk of ``camera`` with its stamps inside)."""

@@ -109,7 +109,7 @@ class ArchiveStore:
         if self.db is not None:
             failpoints.hit("archive", step="checkpoint")
             try:
-                self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+                self.fold_log()
             except sqlite3.Error as err:  # a full disk: the log stays beside the file, still committed
                 log.warning("archive: the write-ahead log could not be folded back at close (%s): keep "
                             "archive.sqlite-wal beside archive.sqlite when copying the archive", err)
@@ -296,13 +296,14 @@ class ArchiveStore:
         another model made cannot be ranked against this one's questions: they are dropped (a warning
         says so), and their chunks are searched as unindexed ones are. An archive indexed before
         identities held a hash names its model by folder alone: taken as this one when the names
-        match (nothing else can be known of it), with a warning."""
+        match (nothing else can be known of it), with a warning. The same weights in a folder of
+        another name are the same index."""
         with self._write_lock:
             stored = self.db.execute("SELECT value FROM meta WHERE key = ?", (INDEX_META,)).fetchone()
             stored = stored[0] if stored is not None else None
             dropped = 0
             with self.db:
-                if stored is not None and stored != index_model:
+                if stored is not None and stored != index_model and not _same_weights(stored, index_model):
                     if "@" not in stored and index_model.split("@")[0] == stored:
                         self.warnings.append(f"archive '{self.folder}' was indexed by '{stored}' before indexes were "
                                              f"known by their weights: taken as this node's '{index_model}'")
@@ -338,6 +339,10 @@ class ArchiveStore:
     def oldest_stamp(self, since: float = -math.inf, until: float = math.inf, camera: str = "") -> float:
         """The oldest archived frame stamp inside since..until (of ``camera``); +inf for none."""
         return self._cached_index().oldest(since, until, camera)
+
+    def newest_stamp(self, since: float = -math.inf, until: float = math.inf, camera: str = "") -> float:
+        """The newest archived frame stamp inside since..until (of ``camera``); -inf for none."""
+        return self._cached_index().newest(since, until, camera)
 
     def _cached_index(self) -> IndexCache:
         index = self._index
@@ -527,6 +532,11 @@ def _packed(chunk: EncodedChunk, key: np.ndarray | None, dtype: str) -> dict:
             "positions": positions, "positions_shape": positions_shape, "retrieval_key": key_blob,
             "key_shape": key_shape, "pinned": 0, "bytes": size, "frame_vectors": vectors_blob,
             "vectors_shape": vectors_shape, "thumbnails": thumbs_blob, "thumbnail_sizes": thumbs_sizes}
+
+
+def _same_weights(one: str, other: str) -> bool:
+    """Whether two index identities (name@hash) name the same weights, in folders of any name."""
+    return "@" in one and "@" in other and one.rpartition("@")[2] == other.rpartition("@")[2]
 
 
 def _next_chunk_id(db: sqlite3.Connection) -> int:

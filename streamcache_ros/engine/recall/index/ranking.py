@@ -67,10 +67,15 @@ def sightings(probability: np.ndarray, threshold: float, min_run: int) -> np.nda
     return kept
 
 
-def candidate_chunks(scores: FrameScores, threshold: float, newest_first: bool, min_run: int = 1) -> list[Candidate]:
+def candidate_chunks(scores: FrameScores, threshold: float, newest_first: bool, min_run: int = 1,
+                     keep: np.ndarray | None = None) -> list[Candidate]:
     """The chunks holding a sighting (``sightings``), newest first (``last``) or oldest first
-    (``first``), each with the edge frame a ``when`` would answer with."""
+    (``first``), each with the edge frame a ``when`` would answer with. ``keep``: the frames that
+    may be a candidate's (those inside the window asked; the scores may reach past it, so that a
+    run cut by the window's edge is judged whole)."""
     above = sightings(scores.probability, threshold, min_run)
+    if keep is not None:
+        above = above & keep
     chunks, stamps, p = scores.chunk_ids[above], scores.stamps[above], scores.probability[above]
     if not len(chunks):
         return []
