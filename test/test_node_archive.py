@@ -133,3 +133,27 @@ def test_archive_off_with_an_empty_path(domain, bags, tmp_path, off):
             assert reply.success and reply.recalled_chunks == 0
         assert "archive off (archive_path " in proc.output()
     assert not (ROOT / off).exists()
+
+
+@pytest.mark.parametrize("off", ["off", "none", "''"])  # a shell's `off` reaches ROS as the YAML boolean false
+def test_the_index_turns_off_from_the_command_line(domain, tmp_path, off):
+    """The bundled world model's index is on by default; `-p retrieval_model_path:=off` (or none, or
+    '') turns it off: the node starts, says so in its log and on /diagnostics, and `when` walks."""
+    ns = NS + "_noindex"
+    bag = bagfile.make_world_bag(tmp_path / "bag", 9, 16, look=LOOK, topic=CAM)
+    params = {"model_path": "world-qwen2_5_vl", "archive_path": str(tmp_path / "archive"), "retrieval_model_path": off}
+    with Proc(tiny_node(ns, [CAM], **params), child_env(domain)) as proc:
+        with client_of(proc, domain, ns) as c:
+            replay_lock_step(domain, bag, ns, "--fast")
+            found = c.when("Did you see a red circle?", "last", since=START / S, until=(START + 15 * S) / S)
+            assert found.success and found.found_by in ("walk", "memory"), found
+        assert "archive index off (retrieval_model_path" in proc.output() and "Traceback" not in proc.output()
+
+
+def test_the_index_in_use_is_named_at_start_with_its_trust(domain, tmp_path):
+    ns = NS + "_index"
+    params = {"model_path": "world-qwen2_5_vl", "archive_path": str(tmp_path / "archive")}
+    with Proc(tiny_node(ns, [CAM], **params), child_env(domain)) as proc:
+        with client_of(proc, domain, ns):
+            pass
+        assert "archive index world-retrieval@" in proc.output() and "trusted" in proc.output()

@@ -187,6 +187,9 @@ def test_every_node_parameter_given_to_the_launch_reaches_the_node():
     assert said == ["launch argument no_such_thing: neither an argument of this launch file nor a streamcache_node "
                     "parameter: unused"]
     assert launching.overrides(evaluate(load("live.launch.py"), watch_questions="[]")[2])["watch_questions"] == []
+    for off in ("off", "none"):  # the index off from a launch argument: the word, as a string
+        declared, _, context = evaluate(load("live.launch.py"), retrieval_model_path=off)
+        assert launching.parameter_arguments(context, list(declared))[0] == {"retrieval_model_path": off}
     for name, text, words in [("budget_tokens", "lots", "is not an integer"), ("sample_fps", "fast", "is not a number"),
                               ("max_new_tokens", "1.5", "is not an integer"), ("autostart", "maybe", "is not true or false")]:
         with pytest.raises(RuntimeError, match=f"launch argument {name}:='{text}' {words}"):
