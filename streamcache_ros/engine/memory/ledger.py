@@ -49,6 +49,10 @@ class Window:
     def bounds(self) -> tuple[float, float]:
         return self.since, self.until
 
+    def as_asked(self) -> tuple[float | None, float | None]:
+        """``since``, ``until`` as a question takes them: None for an open end."""
+        return (None if self.since == -math.inf else self.since, None if self.until == math.inf else self.until)
+
 
 @dataclass(frozen=True)
 class Selection:

@@ -16,7 +16,6 @@ scratch memory the same question and books the answer as its own.
 from __future__ import annotations
 
 import dataclasses
-import math
 import time
 from typing import Callable
 
@@ -40,11 +39,6 @@ from .turns import TurnLock
 NOT_YES = 0.49
 # a walk's moment the chunk alone does not confirm: the walk goes on past it, this many times a replay
 WALK_REJECTIONS = 3
-
-
-def _open(window: Window) -> tuple[float | None, float | None]:
-    """A window's bounds as a question takes them: None for an open end."""
-    return (None if window.since == -math.inf else window.since, None if window.until == math.inf else window.until)
 
 
 class QuestionDesk:
@@ -157,13 +151,13 @@ class QuestionDesk:
         total_ms = (time.perf_counter() - started) * 1e3
         if on_text is not None:
             on_text(options[index], options[index])
+        window = checks.checked_window(since, until)
         evidence = [EvidenceFrame(found.stamp, found.camera, p_yes)] if yes and evidence_k else []
         if evidence:  # then the index's likeliest other sightings in the window (none without an index)
-            more = self.tier.sighting_frames(question, camera, checks.checked_window(since, until) or Window(),
-                                             evidence_k + 1)
+            more = self.tier.sighting_frames(question, camera, window or Window(), evidence_k + 1)
             evidence += [EvidenceFrame(s, c or found.camera, p) for s, c, p in more
                          if abs(s - found.stamp) > 1e-6][:evidence_k - 1]
-        oldest, newest = self.tier.span(camera, checks.checked_window(since, until))
+        oldest, newest = self.tier.span(camera, window)
         with self.lock.question():
             self.history.append(Exchange(question, options[index], options))
             del self.history[:-self.config.history_size]
@@ -261,7 +255,7 @@ class QuestionDesk:
             left_out += replay.left_out  # a timeline over a window longer than one replay
             span = window
             for _ in range(WALK_REJECTIONS + 1):
-                found = replay.session.when(question, mode, camera, *_open(span))
+                found = replay.session.when(question, mode, camera, *span.as_asked())
                 chunks, asked = chunks + len(replay.chunks) * (span is window), asked + found.questions_asked
                 if not found.found or mode == "timeline":
                     break
@@ -281,7 +275,7 @@ class QuestionDesk:
                 gave_up = True  # more moments than it would confirm: the rest of this replay unread
             searched += found.frames_searched
             at_edge = found.may_be_older and tried == 0  # mode first walks the oldest replay first
-            if found.found:
+            if found.found or gave_up:  # past an unread part, a later replay's moment is not the answer
                 break
         found = dataclasses.replace(found, recalled_chunks=chunks, questions_asked=asked, frames_searched=searched,
                                     may_be_older=at_edge, total_ms=(time.perf_counter() - started) * 1e3,

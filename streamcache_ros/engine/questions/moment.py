@@ -169,9 +169,8 @@ def _confirm(tier: MemoryTier, question: str, camera: str, replay, search: _Sear
     its chunk left the archive meanwhile."""
     if replay is None:
         return None, ""
-    since, until = search.window.bounds()
-    reply = replay.session.ask(question, list(YES_NO), camera, since=None if since == -np.inf else since,
-                               until=None if until == np.inf else until, evidence_k=0)
+    since, until = search.window.as_asked()
+    reply = replay.session.ask(question, list(YES_NO), camera, since=since, until=until, evidence_k=0)
     search.replayed, search.asked = search.replayed + 1, search.asked + 1
     p = float(reply.option_probabilities[0]) if reply.option_probabilities else float(reply.option_index == 0)
     return p, replay.chunks[0].camera
@@ -223,9 +222,7 @@ def _search_replay(replay, question: str, camera: str, search: _Search) -> WhenA
     None when the chunk left the archive meanwhile."""
     if replay is None:
         return None
-    since, until = search.window.bounds()
-    found = replay.session.when(question, search.mode, camera, None if since == -np.inf else since,
-                                None if until == np.inf else until)
+    found = replay.session.when(question, search.mode, camera, *search.window.as_asked())
     search.replayed, search.asked = search.replayed + 1, search.asked + found.questions_asked
     if not found.found:
         return search.answer(False, p=found.yes_probability, found_by="walk")
