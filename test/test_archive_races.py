@@ -227,3 +227,36 @@ def test_a_plain_ask_whose_every_chunk_is_dropped_before_its_replay_is_refused_w
                     until=stream.stamp(31))
     answer = session.ask("How many objects are in view now?", ["0", "1", "2"])  # the memory goes on
     assert answer.text in ("0", "1", "2")
+
+
+def test_the_log_stays_within_its_cap_while_readers_read_and_is_gone_at_rest(tmp_path):
+    """20 MB of chunks appended while another thread reads the archive as questions do (its rows,
+    the index, payloads, stats): the write-ahead log never passes WAL_LIMIT_BYTES; closed, it is gone."""
+    from streamcache_ros.engine.recall.archive.store import WAL_LIMIT_BYTES
+
+    store = open_store(tmp_path, buffer_bytes=0)  # every read of a payload goes to the file
+    wal = tmp_path / "archive.sqlite-wal"
+    stop, reads = threading.Event(), [0]
+
+    def read_as_questions_do():
+        while not stop.is_set():
+            rows = store.rows()
+            store.frame_index()
+            store.stats()
+            if rows:
+                store.load(rows[-2:])
+            reads[0] += 1
+    reader = threading.Thread(target=read_as_questions_do)
+    reader.start()
+    largest = 0
+    try:
+        for i in range(200):
+            store.append(chunk(i, hidden=4096))  # about 100 kB a chunk
+            largest = max(largest, wal.stat().st_size if wal.exists() else 0)
+    finally:
+        stop.set()
+        reader.join(timeout=60)
+    assert reads[0] > 10 and store.stats()["chunks"] == 200
+    assert largest <= WAL_LIMIT_BYTES, largest  # 7.5 MB before the store folded it back itself
+    store.close()
+    assert not wal.exists() or wal.stat().st_size == 0

@@ -149,7 +149,20 @@ class ArchiveStore:
                 self._index.add(chunk_id, chunk.camera, chunk.stamps, None if vectors is None else np.frombuffer(
                     vectors, np.float16).reshape(json.loads(row["vectors_shape"])), bool(row["pinned"]))
             self._keep_within_bound()
+            self._keep_log_within_cap()
             return chunk_id
+
+    def _keep_log_within_cap(self) -> None:
+        """The write-ahead log folded back once it passes half its cap. SQLite's own checkpoints
+        (every 1 MiB) cannot start the log over while a reader is in it, and with questions reading
+        as chunks are written they seldom could: the log grew to 7.5 MB. A checkpoint that waits for
+        the readers in flight (TRUNCATE: new ones wait the moment it takes) starts it over."""
+        try:
+            size = os.path.getsize(self.folder / (DB_NAME + "-wal"))
+        except OSError:
+            return
+        if size > WAL_LIMIT_BYTES // 2:
+            self.fold_log()
 
     def _commit(self, camera: str, row: dict, replacing: list[int]) -> int:
         """``row`` (``_packed``) in one transaction, in place of the chunks ``replacing``; its id."""
