@@ -2,7 +2,7 @@
 often a present identity is answered "not found" without a flag, found wrongly, and what the
 verifications cost.
 
-    python bench/index_encoders.py                       # six encoders, 2 held-out streams of 600 frames
+    python bench/index_encoders.py                       # seven encoders, 6 held-out streams of 600 frames
     python bench/index_encoders.py --frames 240 --streams 1 --encoders bundled clip   # a quick look
 
 Each encoder indexes the same held-out world streams (seeds from 540 000 000; three identities kept
@@ -135,7 +135,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--encoders", nargs="+", default=list(ENCODERS), choices=ENCODERS)
     parser.add_argument("--frames", type=int, default=600)
-    parser.add_argument("--streams", type=int, default=2)
+    parser.add_argument("--streams", type=int, default=6)
     parser.add_argument("--out", type=pathlib.Path, default=None)
     args = parser.parse_args(argv)
     work = pathlib.Path(tempfile.mkdtemp(prefix="index-encoders-"))

@@ -1,7 +1,7 @@
 """"Did you see X?" over time windows, through streamcache_node over DDS, negatives counted as carefully
 as positives (docs/interfaces.md "Did you see ...?").
 
-    python bench/seen_windows.py                                   # both world models, 2 streams of 1 200 frames
+    python bench/seen_windows.py                                   # both world models, 4 streams of 1 200 frames
     python bench/seen_windows.py --models world-qwen2_5_vl --frames 300 --streams 1 --per-size 4   # a quick look
 
 Held-out world streams (seeds from 530 000 000: no training run or other benchmark draws them) of
@@ -115,12 +115,16 @@ def ask_windows(client, stream, plan: list[dict], one_ask_ms: float) -> list[dic
     return records
 
 
-def one_ask(client, reps: int = 5) -> float:
+def one_ask(client, newest_s: float, reps: int = 5) -> float:
+    """The unit of cost: one ask on the working memory, over its newest chunk's frames (a question
+    with no window reads the archive whenever it reaches past the working memory); the replies must
+    say no chunk was recalled."""
     times = []
     for _ in range(reps):
         started = time.perf_counter()
-        client.ask(*NOW)
+        reply = client.ask(*NOW, since=newest_s - 7, until=newest_s)
         times.append((time.perf_counter() - started) * 1e3)
+        assert reply.success and reply.recalled_chunks == 0, reply
     return statistics.median(times)
 
 
@@ -177,7 +181,7 @@ def run_model(model: str, args, work: pathlib.Path) -> dict:
             with StreamCacheClient(namespace, timeout=h.GUARD_S, domain_id=domain) as client:
                 replay = h.start(h.replay_command(bag, namespace), h.child_env(domain), work / f"replay-{model}-{s}.log")
                 assert replay.wait(timeout=h.GUARD_S) == 0, (work / f"replay-{model}-{s}.log").read_text()[-2000:]
-                unit = one_ask(client)
+                unit = one_ask(client, (START + (args.frames - 1) * S) / S)
                 plan = windows(stream, absent, args.per_size, np.random.default_rng((seed, 3)))
                 got = ask_windows(client, stream, plan, unit)
                 for r in got:
@@ -205,8 +209,8 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", nargs="+", default=["world-qwen2_5_vl", "world-llava_onevision"])
     parser.add_argument("--frames", type=int, default=1200)
-    parser.add_argument("--streams", type=int, default=2)
-    parser.add_argument("--per-size", type=int, default=6, help="windows of each size per stream")
+    parser.add_argument("--streams", type=int, default=4)
+    parser.add_argument("--per-size", type=int, default=8, help="windows of each size per stream")
     parser.add_argument("--out", type=pathlib.Path, default=h.RESULTS)
     args = parser.parse_args(argv)
     work = pathlib.Path(tempfile.mkdtemp(prefix="seen-windows-"))
