@@ -27,7 +27,7 @@ import time
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from archive_recall import working_memory_only  # noqa: E402
-from common import ROOT, write_json  # noqa: E402
+from common import write_json  # noqa: E402
 
 from streamcache_ros import world  # noqa: E402
 from streamcache_ros.engine import build_session  # noqa: E402
@@ -123,7 +123,7 @@ def main(argv=None) -> int:
     for k, v in costs.items():
         print(f"{k:24s} {v:8.1f} ms  {v / one_ask:6.2f} x one ask ({one_ask:.1f} ms)")
     path = write_json(f"day_cost-{args.model}", {"model": PARAMS["model_path"], "policy": "hermes", **result}, args.out)
-    print(f"wrote {path.relative_to(ROOT)}")
+    print(f"wrote {path}")
     return 0
 
 

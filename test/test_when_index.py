@@ -226,3 +226,20 @@ def test_a_walks_moment_the_chunk_alone_does_not_confirm_is_passed_over(stream, 
     held = next(r for r in session.memory.archive.rows() if r.first_stamp <= first.stamp <= r.last_stamp)
     assert not again.found or again.stamp < held.first_stamp  # an older moment, outside the rejected chunk
     session.close_archive()
+
+
+def test_a_walk_whose_every_moment_is_rejected_answers_not_found_and_never_raises(stream, tmp_path, monkeypatch):
+    """Replays of two chunks: a moment passed over in a replay's oldest chunk leaves nothing of that
+    replay to search past it; the walk goes on to the next replay, and with every moment rejected
+    answers not found (the index-less walk's false yes, judged a second time)."""
+    from streamcache_ros.engine.questions import desk
+
+    session = archived(tmp_path, max_replay_chunks=2)
+    for i in range(64):
+        session.add_frame(stream.frame(i), stream.stamp(i))
+    monkeypatch.setattr(desk, "confirm_moment", lambda *args: 0.1)
+    for identity in identities(stream)[:3]:
+        for mode in ("last", "first"):
+            found = session.when(probe(identity), mode)
+            assert not found.found and found.found_by == "walk"
+    session.close_archive()

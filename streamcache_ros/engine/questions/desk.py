@@ -255,7 +255,11 @@ class QuestionDesk:
             left_out += replay.left_out  # a timeline over a window longer than one replay
             span = window
             for _ in range(WALK_REJECTIONS + 1):
-                found = replay.session.when(question, mode, camera, *span.as_asked())
+                try:
+                    found = replay.session.when(question, mode, camera, *span.as_asked())
+                except QuestionError:  # past the moment passed over, this replay holds no frame: not here
+                    found = dataclasses.replace(found, found=False)
+                    break
                 chunks, asked = chunks + len(replay.chunks) * (span is window), asked + found.questions_asked
                 if not found.found or mode == "timeline":
                     break
