@@ -157,3 +157,24 @@ def test_the_index_in_use_is_named_at_start_with_its_trust(domain, tmp_path):
         with client_of(proc, domain, ns):
             pass
         assert "archive index world-retrieval@" in proc.output() and "trusted" in proc.output()
+
+
+def test_a_users_own_encoder_is_named_at_start_and_when_says_what_it_did_not_read(domain, tmp_path):
+    """A CLIP of the user's through retrieval_model_path (a tiny random one here): the node starts,
+    names it with a WARN (not trusted on the shape world's calibration), /diagnostics says so, and a
+    `when` it cannot settle walks and says whether it read the whole window."""
+    from streamcache_ros.tools.other_encoders import tiny_dual_encoder  # noqa: PLC0415
+
+    ns = NS + "_clip"
+    encoder = tiny_dual_encoder("clip", tmp_path / "my-clip")
+    bag = bagfile.make_world_bag(tmp_path / "bag", 9, 40, look=LOOK, topic=CAM)
+    params = {"model_path": "world-qwen2_5_vl", "archive_path": str(tmp_path / "archive"),
+              "retrieval_model_path": str(encoder)}
+    with Proc(tiny_node(ns, [CAM], **params), child_env(domain)) as proc:
+        with client_of(proc, domain, ns) as c:
+            replay_lock_step(domain, bag, ns, "--fast")
+            found = c.when("Did you see a red circle?", "last", since=START / S, until=(START + 39 * S) / S)
+            assert found.success and found.found_by in ("index", "walk", "index_unsure")
+            assert found.found or not found.search_complete or found.found_by == "index_unsure"
+        out = proc.output()
+    assert "archive index my-clip@" in out and "not trusted" in out and "[WARN]" in out, out

@@ -75,3 +75,8 @@ def describe_failure(err: BaseException) -> str:
 class ArchiveError(StreamCacheError):
     """The archive cannot be used (held by another node, written by another model or for other
     cameras, not a folder): nothing of it was changed (docs/archive.md "Refusals")."""
+
+
+class ArchiveMismatch(ArchiveError):
+    """The archive was written by another model, or holds cameras this node does not have: its
+    chunks cannot be recalled here (on the default archive_path it is set aside instead)."""

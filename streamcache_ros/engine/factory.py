@@ -189,7 +189,9 @@ def build_session(params: dict[str, Any]) -> Session:
     """Load the model and make the session, its archive opened when ``archive_path`` names a folder;
     raises ConfigError / ModelLoadError with clear text. ``camera_topics`` (optional) names the
     cameras a question may ask about; ``archive_owner`` (optional) who holds the archive's lock
-    (a node's full name), named to another that finds it held."""
+    (a node's full name), named to another that finds it held; ``archive_set_aside`` (optional): an
+    archive of another model or other cameras is set aside rather than refused (the node's default
+    archive_path)."""
     p = {**ENGINE_DEFAULTS, **params}
     cls = registered_policy(str(p["policy"]))  # the one look-up: refused before the model loads
     if float(p["sample_fps"]) <= 0:
@@ -212,7 +214,8 @@ def build_session(params: dict[str, Any]) -> Session:
         try:
             session.open_archive(str(p["archive_path"]), int(p["archive_max_bytes"]), int(p["recall_chunks"]),
                                  owner=str(p.get("archive_owner", "")), encoder=encoder,
-                                 thumbnail_px=int(p["archive_thumbnail_px"]), sync=str(p["archive_sync"]))
+                                 thumbnail_px=int(p["archive_thumbnail_px"]), sync=str(p["archive_sync"]),
+                                 set_aside=bool(p.get("archive_set_aside", False)))
         except ArchiveError as err:  # held by another node, another model's, other cameras: nothing opened
             raise ConfigError("archive_path", str(err)) from None
     return session

@@ -57,7 +57,7 @@ from .memory_services import MemoryServices
 from .parameter_guard import guard_parameter_services
 from .questions import Questions
 from .sampler import CameraCounters
-from .snapshots import SnapshotKeeper, archive_folder, check_path, snapshot_dir
+from .snapshots import DEFAULT_ARCHIVE, SnapshotKeeper, archive_folder, check_path, snapshot_dir
 from .standing_questions import StandingQuestions, standing_question_refusal
 from .status import StatusReports
 from .time_questions import EVENT_QOS, TimeQuestions
@@ -150,7 +150,9 @@ class StreamCacheNode(LifecycleNode):
         topics = {name: self.resolve_topic_name(name) for name in values["camera_topics"]}
         archive = archive_folder(str(values["archive_path"]), self.get_fully_qualified_name())
         session = build_session({**params.engine_params(values), "camera_topics": list(topics.values()),
-                                 "archive_path": archive, "archive_owner": self.get_fully_qualified_name()})
+                                 "archive_path": archive, "archive_owner": self.get_fully_qualified_name(),
+                                 # on the default path a robot whose model or cameras changed still starts
+                                 "archive_set_aside": str(values["archive_path"]) == DEFAULT_ARCHIVE})
         info = session.info()
         self.shown_budget.show_in_force(session, int(values["budget_tokens"]), info.policy)
         far = session.budget_warning(int(values["budget_tokens"]))
@@ -188,7 +190,10 @@ class StreamCacheNode(LifecycleNode):
         archive is on by default and a new one is otherwise silent."""
         log = self.get_logger()
         for warning, line in translate.archive_lines(session, folder, self.values):
-            (log.warning if warning else log.info)(line)
+            if warning:  # one severity a call site: rclpy refuses a call site whose severity changes
+                log.warning(line)
+            else:
+                log.info(line)
 
     def _make_parts(self, session, info, values: dict, topics: dict[str, str], snapshots: SnapshotKeeper,
                     folder: str) -> None:

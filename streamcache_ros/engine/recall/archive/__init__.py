@@ -12,17 +12,19 @@ from __future__ import annotations
 
 import logging
 import math
+import pathlib
 from dataclasses import dataclass
 
 import numpy as np
 
-from ...errors import ArchiveError
+from ...errors import ArchiveError, ArchiveMismatch
 from .chunk_store import ChunkStore
 from .keys import chunk_key, question_vector, relevance, unit_keys
 from .plan import question_plan, window_plan
 from .record import ArchivedChunk, EncodedChunk
 from .write_failures import WRITE_ERRORS, WriteFailures
 from .store import DB_NAME, LOCK_NAME, ArchiveStore, free_bytes
+from .sqlite_file import set_aside
 from .thumbnails import DEFAULT_THUMBNAIL_PX, Thumbnail
 
 log = logging.getLogger("streamcache_ros.archive")
@@ -55,11 +57,25 @@ class Archive:
 
     @classmethod
     def open(cls, settings: ArchiveSettings, identity: dict, cameras: tuple[str, ...] = (), owner: str = "",
-             opener=ArchiveStore.open) -> "Archive":
-        """The archive in ``settings.path``; ``opener`` opens its ChunkStore (default: SQLite)."""
-        store = opener(settings.path, identity, cameras, owner, settings.dtype, settings.max_bytes,
-                       settings.buffer_bytes, settings.sync)
-        return cls(settings, store)
+             opener=ArchiveStore.open, set_aside_mismatch: bool = False) -> "Archive":
+        """The archive in ``settings.path``; ``opener`` opens its ChunkStore (default: SQLite).
+        ``set_aside_mismatch``: an archive written by another model, or holding cameras this node
+        does not have, is set aside (renamed, kept for a person, with a warning) and a new one begins,
+        instead of the open being refused: the node's default archive_path, where a robot whose
+        model or cameras changed must still start (docs/archive.md "Refusals")."""
+        def open_store():
+            return opener(settings.path, identity, cameras, owner, settings.dtype, settings.max_bytes,
+                          settings.buffer_bytes, settings.sync)
+        try:
+            return cls(settings, open_store())
+        except ArchiveMismatch as err:
+            if not set_aside_mismatch:
+                raise
+            aside = set_aside(pathlib.Path(settings.path).expanduser(), "set-aside")
+            archive = cls(settings, open_store())
+            archive.warnings.append(f"{err}. On the default archive_path it was set aside as '{aside}' (kept for a "
+                                    "person; at most two are kept) and a new archive begins")
+            return archive
 
     @property
     def warnings(self) -> list[str]:

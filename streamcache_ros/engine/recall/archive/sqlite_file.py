@@ -20,7 +20,7 @@ import time
 
 import numpy as np
 
-from ...errors import ArchiveError
+from ...errors import ArchiveError, ArchiveMismatch
 from .salvage import salvaged_rows
 
 FORMAT = 1
@@ -135,11 +135,7 @@ def salvage(path: pathlib.Path, reason: str, warnings: list[str], sync: str = "n
     """Every row whose pages are all still there, read page by page (salvage.py), streamed into a
     new file in small transactions (RAM holds a batch, not the archive); the damaged file is set
     aside for a person to look at (the newest DAMAGED_COPIES are kept, counted apart)."""
-    aside = path.with_name(f"{path.name}.damaged-{time.strftime('%Y%m%d-%H%M%S')}.{time.time_ns() % 10**9:09d}")
-    for suffix in ("", "-wal", "-shm"):
-        part = pathlib.Path(str(path) + suffix)
-        if part.exists():
-            part.rename(pathlib.Path(str(aside) + suffix))
+    aside = set_aside(path.parent, "damaged")
     db = open_db(path, sync)
     names = {table: [row[1] for row in db.execute(f"PRAGMA table_info({table})")] for table in ("meta", "chunks", "holes")}
     kept, bad, batch = 0, 0, []
@@ -227,23 +223,39 @@ def file_size(path: pathlib.Path) -> int:
         return 0
 
 
-def damaged_copies(folder: pathlib.Path) -> list[pathlib.Path]:
-    """The damaged files set aside, oldest first (their -wal/-shm go with them)."""
-    return sorted((p for p in folder.glob(DB_NAME + ".damaged-*") if not p.name.endswith(("-wal", "-shm"))),
+def damaged_copies(folder: pathlib.Path, kind: str = "damaged") -> list[pathlib.Path]:
+    """The files set aside (``kind``: "damaged", or "set-aside" for another model's or cameras'),
+    oldest first (their -wal/-shm go with them)."""
+    return sorted((p for p in folder.glob(f"{DB_NAME}.{kind}-*") if not p.name.endswith(("-wal", "-shm"))),
                   key=lambda p: p.stat().st_mtime_ns)
+
+
+def set_aside(folder: pathlib.Path, kind: str) -> pathlib.Path:
+    """The archive's files renamed ``archive.sqlite.<kind>-<date>`` (its -wal and -shm with it), for
+    a new archive to start in their place; returns the new name. At most ``DAMAGED_COPIES`` of a
+    kind are kept (``keep_damaged_copies``)."""
+    path = folder / DB_NAME
+    aside = path.with_name(f"{path.name}.{kind}-{time.strftime('%Y%m%d-%H%M%S')}.{time.time_ns() % 10**9:09d}")
+    for suffix in ("", "-wal", "-shm"):
+        part = pathlib.Path(str(path) + suffix)
+        if part.exists():
+            part.rename(pathlib.Path(str(aside) + suffix))
+    keep_damaged_copies(folder, DAMAGED_COPIES, kind)
+    return aside
 
 
 def copy_bytes(path: pathlib.Path) -> int:
     return sum(file_size(pathlib.Path(str(path) + suffix)) for suffix in ("", "-wal", "-shm"))
 
 
-def keep_damaged_copies(folder: pathlib.Path, keep: int) -> None:
-    """At most ``keep`` damaged files: a robot whose disk keeps tearing does not fill it with them."""
-    copies = damaged_copies(folder)
+def keep_damaged_copies(folder: pathlib.Path, keep: int, kind: str = "damaged") -> None:
+    """At most ``keep`` files set aside of a ``kind``: a robot whose disk keeps tearing, or whose model
+    keeps changing, does not fill it with them."""
+    copies = damaged_copies(folder, kind)
     for old in copies[:max(len(copies) - keep, 0)]:
         for suffix in ("", "-wal", "-shm"):
             pathlib.Path(str(old) + suffix).unlink(missing_ok=True)
-        log.warning("archive: removed the older damaged copy '%s' (at most %d are kept)", old, keep)
+        log.warning("archive: removed the older %s copy '%s' (at most %d are kept)", kind, old, keep)
 
 
 def backup_database(source: pathlib.Path, destination: str | os.PathLike) -> pathlib.Path:
@@ -288,13 +300,13 @@ def check_identity(db: sqlite3.Connection, folder: pathlib.Path, identity: dict,
         return
     for key, value in wanted.items():
         if stored.get(key) != value:
-            raise ArchiveError(f"archive '{folder}' was written with {key} '{stored.get(key)}', this node has '{value}': "
+            raise ArchiveMismatch(f"archive '{folder}' was written with {key} '{stored.get(key)}', this node has '{value}': "
                                "its chunks cannot be recalled here; give this node another archive_path, or move "
                                "that folder away")
     if cameras:
         held = [c for (c,) in db.execute("SELECT DISTINCT camera FROM chunks").fetchall()]
         foreign = [c for c in held if c not in cameras]
         if foreign:
-            raise ArchiveError(f"archive '{folder}' holds frames of camera(s) {', '.join(repr(c) for c in foreign)} "
+            raise ArchiveMismatch(f"archive '{folder}' holds frames of camera(s) {', '.join(repr(c) for c in foreign)} "
                                f"that this node does not have (its cameras: {', '.join(repr(c) for c in cameras)}); "
                                "give this node another archive_path, or configure those cameras")

@@ -89,7 +89,7 @@ class ArchiveStore:
             raise ArchiveError(f"archive_path '{folder}' cannot be used as a folder: {err.strerror or err}") from None
         if not folder.is_dir():
             raise ArchiveError(f"archive_path '{folder}' is not a folder")
-        lock_file = take_lock(folder, owner)
+        lock_file, db = take_lock(folder, owner), None
         try:
             warnings: list[str] = []
             db = connect(folder / DB_NAME, warnings, sync)
@@ -97,6 +97,8 @@ class ArchiveStore:
             keep_damaged_copies(folder, DAMAGED_COPIES)
             return cls(folder, db, lock_file, dtype, max_bytes, buffer_bytes, warnings)
         except BaseException:
+            if db is not None:
+                db.close()  # its -wal and -shm go with it: a refused open leaves the folder as it was
             lock_file.close()  # releases the lock: a refused open leaves the archive to others
             raise
 
