@@ -59,7 +59,8 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from streamcache_ros.engine.recall.archive import EncodedChunk  # noqa: E402
-from streamcache_ros.engine.recall.archive.store import DB_NAME, ArchiveStore, _packed  # noqa: E402
+from streamcache_ros.engine.recall.archive.record import packed_row  # noqa: E402
+from streamcache_ros.engine.recall.archive.store import DB_NAME, ArchiveStore  # noqa: E402
 
 IDENTITY = {"model_id": "crash-harness", "config_hash": "0"}
 CAMERA = "/cam"
@@ -217,7 +218,7 @@ def run_child(folder, start, count, max_bytes, sync, close, faults="", delay=Non
 
 def expected_row(index: int, pinned: bool) -> dict:
     """Every column an acknowledged chunk's row must hold, as its append packed it."""
-    row = _packed(make_chunk(index), make_key(index), "float32")
+    row = packed_row(make_chunk(index), make_key(index), "float32")
     row.update(pinned=int(pinned), watch=json.dumps({q: round(p, 4) for q, p in WATCHED.items()} if index % 4 == 0
                                                     else {}))
     return row

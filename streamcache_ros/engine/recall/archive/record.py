@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from .thumbnails import pack as pack_thumbnails
+
 # what a chunk's tensors are stored as: fp16 halves the bytes; fp32 is exact (the tests' store)
 STORE_DTYPES = {"float16": np.float16, "float32": np.float32}
 
@@ -73,3 +75,45 @@ def unpack_tensor(blob: bytes, shape: str, dtype: str) -> torch.Tensor:
     if array.size != int(np.prod(dims)):
         raise ValueError(f"{len(blob)} bytes do not hold a {dtype} tensor of shape {dims}")
     return torch.from_numpy(array.reshape(dims).astype(np.float32))
+
+
+# a chunk's row as the store reads it, payloads aside
+ROW_COLUMNS = "id, camera, first_stamp, last_stamp, stamps, unit_frames, tokens_per_unit, pinned, bytes, watch"
+
+
+def key_of(blob: bytes, shape: str, shapes: dict[str, tuple]) -> np.ndarray:
+    """A retrieval key from its row's bytes and shape (``shapes``: each shape's text parsed once)."""
+    if shape not in shapes:
+        shapes[shape] = tuple(json.loads(shape))
+    return np.frombuffer(blob, dtype=np.float16).reshape(shapes[shape])
+
+
+def row_of(row) -> ArchivedChunk:
+    """An ArchivedChunk from a row read as ROW_COLUMNS, payloads aside."""
+    return ArchivedChunk(chunk_id=int(row[0]), camera=row[1], first_stamp=float(row[2]), last_stamp=float(row[3]),
+                         stamps=[float(s) for s in json.loads(row[4])],
+                         unit_frames=[tuple(u) for u in json.loads(row[5])], tokens_per_unit=int(row[6]),
+                         pinned=bool(row[7]), bytes=int(row[8]), watch=json.loads(row[9]))
+
+
+def packed_row(chunk: EncodedChunk, key: np.ndarray | None, dtype: str) -> dict:
+    """A chunk's row as its columns' values (id, pinned and watch filled in at the commit)."""
+    embeds, embeds_shape = pack_tensor(chunk.embeds, dtype)
+    positions, positions_shape = pack_tensor(chunk.rel_positions, "float32")
+    key_blob = key_shape = None
+    if key is not None:
+        key16 = np.asarray(key, dtype=np.float16)
+        key_blob, key_shape = key16.tobytes(), json.dumps(list(key16.shape))
+    vectors_blob = vectors_shape = None
+    if chunk.frame_vectors is not None:
+        vectors16 = np.asarray(chunk.frame_vectors, dtype=np.float16)
+        vectors_blob, vectors_shape = vectors16.tobytes(), json.dumps(list(vectors16.shape))
+    thumbs_blob, thumbs_sizes = pack_thumbnails(chunk.thumbnails)
+    # the thumbnails count in the bound: archive_max_bytes bounds what is on disk (docs/show.md)
+    size = (len(embeds) + len(positions) + len(key_blob or b"") + len(vectors_blob or b"") + len(thumbs_blob or b""))
+    return {"camera": chunk.camera, "first_stamp": min(chunk.stamps), "last_stamp": max(chunk.stamps),
+            "stamps": json.dumps(chunk.stamps), "unit_frames": json.dumps([list(u) for u in chunk.unit_frames]),
+            "tokens_per_unit": chunk.tokens_per_unit, "embeds": embeds, "embeds_shape": embeds_shape,
+            "positions": positions, "positions_shape": positions_shape, "retrieval_key": key_blob,
+            "key_shape": key_shape, "pinned": 0, "bytes": size, "frame_vectors": vectors_blob,
+            "vectors_shape": vectors_shape, "thumbnails": thumbs_blob, "thumbnail_sizes": thumbs_sizes}

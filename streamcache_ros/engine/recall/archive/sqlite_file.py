@@ -29,6 +29,10 @@ LOCK_NAME = "archive.lock"
 WAL_LIMIT_BYTES = 4 << 20
 DAMAGED_COPIES = 2  # damaged files kept for a person to look at: the newest ones, counted apart from the bound
 SYNC_MODES = ("normal", "full")  # archive_sync (docs/archive.md "Durability")
+INDEX_META = "index_model"  # which dual encoder made the frame vectors: another one's cannot be compared
+# the id the next chunk takes: ids are never reused, not after a merge, the bound or a reset, so an
+# id a question planned with names that chunk or none (docs/archive.md "The store")
+NEXT_ID_META = "next_chunk_id"
 log = logging.getLogger("streamcache_ros.archive")
 
 SCHEMA = """
@@ -310,3 +314,41 @@ def check_identity(db: sqlite3.Connection, folder: pathlib.Path, identity: dict,
             raise ArchiveMismatch(f"archive '{folder}' holds frames of camera(s) {', '.join(repr(c) for c in foreign)} "
                                f"that this node does not have (its cameras: {', '.join(repr(c) for c in cameras)}); "
                                "give this node another archive_path, or configure those cameras")
+
+
+def next_chunk_id(db: sqlite3.Connection) -> int:
+    """The id the next chunk takes: past every id given so far (the meta row; an archive from before
+    it, or one salvaged without it, from its newest row)."""
+    stored = db.execute("SELECT value FROM meta WHERE key = ?", (NEXT_ID_META,)).fetchone()
+    newest = int(db.execute("SELECT COALESCE(MAX(id), 0) FROM chunks").fetchone()[0])
+    return max(int(stored[0]) if stored else 0, newest + 1)
+
+
+def switch_index(db: sqlite3.Connection, folder: pathlib.Path, index_model: str) -> tuple[list[str], int]:
+    """(what to warn of, rows whose vectors were dropped): the archive's frame vectors from now on
+    come from ``index_model`` (a name @ a hash of its weights). Vectors another model made cannot be
+    ranked against this one's questions: dropped. An archive indexed before identities held a hash
+    names its model by folder alone: taken as this one when the names match (nothing else can be
+    known of it), with a warning. The same weights in a folder of another name are the same index."""
+    stored = db.execute("SELECT value FROM meta WHERE key = ?", (INDEX_META,)).fetchone()
+    stored = stored[0] if stored is not None else None
+    said, dropped = [], 0
+    with db:
+        if stored is not None and stored != index_model and not _same_weights(stored, index_model):
+            if "@" not in stored and index_model.split("@")[0] == stored:
+                said.append(f"archive '{folder}' was indexed by '{stored}' before indexes were known by their "
+                            f"weights: taken as this node's '{index_model}'")
+            else:
+                dropped = db.execute("UPDATE chunks SET frame_vectors = NULL, vectors_shape = NULL "
+                                     "WHERE frame_vectors IS NOT NULL").rowcount
+            if dropped:
+                said.append(f"archive '{folder}' was indexed by '{stored}', this node indexes with '{index_model}': "
+                            f"the index of its {dropped} older chunk(s) is dropped, and a when over them walks them "
+                            "instead")
+        db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (INDEX_META, index_model))
+    return said, dropped
+
+
+def _same_weights(one: str, other: str) -> bool:
+    """Whether two index identities (name@hash) name the same weights, in folders of any name."""
+    return "@" in one and "@" in other and one.rpartition("@")[2] == other.rpartition("@")[2]

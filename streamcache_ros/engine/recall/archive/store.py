@@ -29,24 +29,18 @@ from ... import failpoints
 from ...errors import ArchiveError
 from .buffer import ChunkBuffer
 from .index_cache import IndexCache
-from .record import ArchivedChunk, EncodedChunk, STORE_DTYPES, pack_tensor, unpack_tensor
+from .record import ROW_COLUMNS, ArchivedChunk, EncodedChunk, STORE_DTYPES, key_of, packed_row, row_of, unpack_tensor
 from .spans import span_query, sql_stamp
 from .thumbnails import Thumbnail, frame_near, frames_between
-from .thumbnails import pack as pack_thumbnails
 # names the rest of the package (and older callers) read here
-from .sqlite_file import (DAMAGED_COPIES, DB_NAME, LOCK_NAME, SYNC_MODES, WAL_LIMIT_BYTES, backup_database,
-                          check_identity, connect, copy_bytes, damaged_copies, file_size, free_bytes, give_back_pages,
-                          keep_damaged_copies, reader, take_lock)
+from .sqlite_file import (DAMAGED_COPIES, DB_NAME, LOCK_NAME, NEXT_ID_META, SYNC_MODES, WAL_LIMIT_BYTES,
+                          backup_database, check_identity, connect, copy_bytes, damaged_copies, file_size, free_bytes,
+                          give_back_pages, keep_damaged_copies, next_chunk_id, reader, switch_index, take_lock)
 
 log = logging.getLogger("streamcache_ros.archive")
 __all__ = ["ArchiveStore", "ChunkBuffer", "DAMAGED_COPIES", "DB_NAME", "LOCK_NAME", "WAL_LIMIT_BYTES", "backup_database",
            "free_bytes"]
 
-ROW_COLUMNS = "id, camera, first_stamp, last_stamp, stamps, unit_frames, tokens_per_unit, pinned, bytes, watch"
-INDEX_META = "index_model"  # which dual encoder made the frame vectors: another one's cannot be compared
-# the id the next chunk takes: ids are never reused, not after a merge, the bound or a reset, so an
-# id a question planned with names that chunk or none (docs/archive.md "The store")
-NEXT_ID_META = "next_chunk_id"
 
 
 class ArchiveStore:
@@ -64,7 +58,7 @@ class ArchiveStore:
         # held by every write (the commit and the RAM index's update together) and while the RAM index
         # is first read: a read from a snapshot older than a commit would miss that chunk for good
         self._write_lock = threading.RLock()
-        self._next_id = _next_chunk_id(db)
+        self._next_id = next_chunk_id(db)
         self._watched: set[str] | None = None  # the standing questions noted on any chunk
 
     # -- opening ----------------------------------------------------------------------------------
@@ -135,7 +129,7 @@ class ArchiveStore:
         return self._write(chunk, key, [int(c) for c in chunk_ids])
 
     def _write(self, chunk: EncodedChunk, key: np.ndarray | None, replacing: list[int]) -> int:
-        row = _packed(chunk, key, self.dtype)
+        row = packed_row(chunk, key, self.dtype)
         with self._write_lock:
             chunk_id = self._commit(chunk.camera, row, replacing)
             for part in replacing:
@@ -299,39 +293,21 @@ class ArchiveStore:
         query, args = span_query(columns, since, until, camera)
         shapes: dict[str, tuple] = {}  # a day's keys come in a few shapes: each parsed once
         for row in self.reader.execute(query + " ORDER BY first_stamp, id", args):
-            chunk = _row(row)
+            chunk = row_of(row)
             if with_keys and row[10] is not None:
-                chunk.key = _key(row[10], row[11], shapes)
+                chunk.key = key_of(row[10], row[11], shapes)
             if chunk.overlaps(since, until):
                 yield chunk
 
     def use_index(self, index_model: str) -> None:
         """The frame vectors from now on come from ``index_model`` (the dual encoder's identity: its
-        folder's name and a hash of its weights and config, ``RetrievalEncoder.identity``). Vectors
-        another model made cannot be ranked against this one's questions: they are dropped (a warning
-        says so), and their chunks are searched as unindexed ones are. An archive indexed before
-        identities held a hash names its model by folder alone: taken as this one when the names
-        match (nothing else can be known of it), with a warning. The same weights in a folder of
-        another name are the same index."""
+        folder's name and a hash of its weights and config, ``RetrievalEncoder.identity``); another
+        model's are dropped, and their chunks searched as unindexed ones are (``switch_index``)."""
         with self._write_lock:
-            stored = self.db.execute("SELECT value FROM meta WHERE key = ?", (INDEX_META,)).fetchone()
-            stored = stored[0] if stored is not None else None
-            dropped = 0
-            with self.db:
-                if stored is not None and stored != index_model and not _same_weights(stored, index_model):
-                    if "@" not in stored and index_model.split("@")[0] == stored:
-                        self.warnings.append(f"archive '{self.folder}' was indexed by '{stored}' before indexes were "
-                                             f"known by their weights: taken as this node's '{index_model}'")
-                        log.warning(self.warnings[-1])
-                    else:
-                        dropped = self.db.execute("UPDATE chunks SET frame_vectors = NULL, vectors_shape = NULL "
-                                                  "WHERE frame_vectors IS NOT NULL").rowcount
-                    if dropped:
-                        self.warnings.append(f"archive '{self.folder}' was indexed by '{stored}', this node indexes "
-                                             f"with '{index_model}': the index of its {dropped} older chunk(s) is "
-                                             "dropped, and a when over them walks them instead")
-                        log.warning(self.warnings[-1])
-                self.db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (INDEX_META, index_model))
+            said, dropped = switch_index(self.db, self.folder, index_model)
+            for line in said:
+                self.warnings.append(line)
+                log.warning(line)
             if dropped:
                 self.fold_log()  # every indexed row was written again: a log of their size otherwise stays
             self._index = None
@@ -417,7 +393,7 @@ class ArchiveStore:
                                   last_stamp=float(row[3]), stamps=[], unit_frames=[], tokens_per_unit=0,
                                   pinned=bool(row[4]))
             if with_keys and row[5] is not None:
-                chunk.key = _key(row[5], row[6], shapes)
+                chunk.key = key_of(row[5], row[6], shapes)
             out.append(chunk)
         return out
 
@@ -426,7 +402,7 @@ class ArchiveStore:
         if not rows:
             return []
         marks = ", ".join("?" * len(rows))
-        found = {int(r[0]): _row(r) for r in self.reader.execute(f"SELECT {ROW_COLUMNS} FROM chunks WHERE id IN ({marks})",
+        found = {int(r[0]): row_of(r) for r in self.reader.execute(f"SELECT {ROW_COLUMNS} FROM chunks WHERE id IN ({marks})",
                                                               [row.chunk_id for row in rows])}
         missing = [row.chunk_id for row in rows if row.chunk_id not in found]
         if missing:
@@ -445,7 +421,7 @@ class ArchiveStore:
         if not rows:
             return [], []
         marks = ", ".join("?" * len(rows))
-        held = {int(r[0]): _row(r) for r in self.reader.execute(
+        held = {int(r[0]): row_of(r) for r in self.reader.execute(
             f"SELECT {ROW_COLUMNS} FROM chunks WHERE id IN ({marks})", [row.chunk_id for row in rows])}
         now, gone = dict(held), []
         for row in rows:
@@ -453,7 +429,7 @@ class ArchiveStore:
                 continue
             query, args = span_query(ROW_COLUMNS, row.first_stamp, row.last_stamp, row.camera)
             wanted = set(row.stamps) or None  # light rows carry no stamps: their span decides
-            holders = [_row(r) for r in self.reader.execute(query, args)]
+            holders = [row_of(r) for r in self.reader.execute(query, args)]
             holders = [h for h in holders if wanted is None or wanted & set(h.stamps)]
             if not holders:
                 gone.append(row)
@@ -510,53 +486,3 @@ class ArchiveStore:
                            camera: str = "") -> list[Thumbnail]:
         """Every archived thumbnail stamped inside since..until (of ``camera``), oldest first."""
         return frames_between(self.reader, since, until, camera)
-
-
-# -- helpers ----------------------------------------------------------------------------------------
-def _key(blob: bytes, shape: str, shapes: dict[str, tuple]) -> np.ndarray:
-    if shape not in shapes:
-        shapes[shape] = tuple(json.loads(shape))
-    return np.frombuffer(blob, dtype=np.float16).reshape(shapes[shape])
-
-
-def _row(row) -> ArchivedChunk:
-    return ArchivedChunk(chunk_id=int(row[0]), camera=row[1], first_stamp=float(row[2]), last_stamp=float(row[3]),
-                         stamps=[float(s) for s in json.loads(row[4])],
-                         unit_frames=[tuple(u) for u in json.loads(row[5])], tokens_per_unit=int(row[6]),
-                         pinned=bool(row[7]), bytes=int(row[8]), watch=json.loads(row[9]))
-
-
-def _packed(chunk: EncodedChunk, key: np.ndarray | None, dtype: str) -> dict:
-    """A chunk's row as its columns' values (id, pinned and watch filled in at the commit)."""
-    embeds, embeds_shape = pack_tensor(chunk.embeds, dtype)
-    positions, positions_shape = pack_tensor(chunk.rel_positions, "float32")
-    key_blob = key_shape = None
-    if key is not None:
-        key16 = np.asarray(key, dtype=np.float16)
-        key_blob, key_shape = key16.tobytes(), json.dumps(list(key16.shape))
-    vectors_blob = vectors_shape = None
-    if chunk.frame_vectors is not None:
-        vectors16 = np.asarray(chunk.frame_vectors, dtype=np.float16)
-        vectors_blob, vectors_shape = vectors16.tobytes(), json.dumps(list(vectors16.shape))
-    thumbs_blob, thumbs_sizes = pack_thumbnails(chunk.thumbnails)
-    # the thumbnails count in the bound: archive_max_bytes bounds what is on disk (docs/show.md)
-    size = (len(embeds) + len(positions) + len(key_blob or b"") + len(vectors_blob or b"") + len(thumbs_blob or b""))
-    return {"camera": chunk.camera, "first_stamp": min(chunk.stamps), "last_stamp": max(chunk.stamps),
-            "stamps": json.dumps(chunk.stamps), "unit_frames": json.dumps([list(u) for u in chunk.unit_frames]),
-            "tokens_per_unit": chunk.tokens_per_unit, "embeds": embeds, "embeds_shape": embeds_shape,
-            "positions": positions, "positions_shape": positions_shape, "retrieval_key": key_blob,
-            "key_shape": key_shape, "pinned": 0, "bytes": size, "frame_vectors": vectors_blob,
-            "vectors_shape": vectors_shape, "thumbnails": thumbs_blob, "thumbnail_sizes": thumbs_sizes}
-
-
-def _same_weights(one: str, other: str) -> bool:
-    """Whether two index identities (name@hash) name the same weights, in folders of any name."""
-    return "@" in one and "@" in other and one.rpartition("@")[2] == other.rpartition("@")[2]
-
-
-def _next_chunk_id(db: sqlite3.Connection) -> int:
-    """The id the next chunk takes: past every id given so far (the meta row; an archive from before
-    it, or one salvaged without it, from its newest row)."""
-    stored = db.execute("SELECT value FROM meta WHERE key = ?", (NEXT_ID_META,)).fetchone()
-    newest = int(db.execute("SELECT COALESCE(MAX(id), 0) FROM chunks").fetchone()[0])
-    return max(int(stored[0]) if stored else 0, newest + 1)
