@@ -52,6 +52,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="world-qwen2_5_vl")
     parser.add_argument("--out", type=pathlib.Path, default=None, help="the JSON's folder (default bench/results)")
+    parser.add_argument("--profile", action="store_true", help="also print where a day's question spends its time")
     args = parser.parse_args(argv)
     PARAMS = {"model_path": args.model, "policy": "hermes"}
     work = pathlib.Path(tempfile.mkdtemp(prefix="day-cost-"))
@@ -103,11 +104,12 @@ def main(argv=None) -> int:
             "timeline over an hour": timed(lambda: session.when(probe, "timeline", since=20 * HOUR, until=21 * HOUR)),
         }
         found = session.when(probe, "last")
-        if "--profile" in sys.argv:  # where a day's question spends its time
+        if args.profile:  # where a day's question spends its time
             import cProfile  # noqa: PLC0415
             import pstats  # noqa: PLC0415
 
-            for name, call in (("ask", lambda: session.ask(probe, ["yes", "no"])), ("when", lambda: session.when(probe, "last"))):
+            for name, call in (("ask", lambda: session.ask(probe, ["yes", "no"])), ("when", lambda: session.when(probe, "last")),
+                               ("when, never true", lambda: session.when(never, "last"))):
                 profile = cProfile.Profile()
                 profile.runcall(lambda: [call() for _ in range(5)])
                 print(f"-- {name}, 5 times")

@@ -81,7 +81,7 @@ def find_moment(tier: MemoryTier, question: str, mode: str, camera: str, window:
         cut = [row for row, _ in standing if row.chunk_id not in decided]
         found, _, best_p = _in_order(tier, question, camera, [], decided, cut, None, settings, search)
         return found or search.answer(False, p=best_p, found_by="standing")
-    inside = (wide.stamps >= window.since) & (wide.stamps <= window.until)
+    inside = wide.within if wide.within is not None else np.ones(len(wide), bool)
     search.frames = int(inside.sum())
     seen = sightings(wide.probability, encoder.settings.threshold, encoder.settings.min_run) & inside
     if mode == "timeline":
@@ -198,7 +198,7 @@ def _beyond(wide: FrameScores, inside: np.ndarray, found: WhenAnswer | None, ver
         own = stamps[ids == chunk_id].tolist()
         if found is not None and ((max(own) <= found.stamp) if search.newest_first else (min(own) >= found.stamp)):
             continue
-        rows.append(ArchivedChunk(int(chunk_id), wide.cameras.get(int(chunk_id), ""), min(own), max(own), own, [], 0))
+        rows.append(ArchivedChunk(int(chunk_id), wide.camera_of(chunk_id), min(own), max(own), own, [], 0))
     return sorted(rows, key=lambda r: r.first_stamp, reverse=search.newest_first)
 
 

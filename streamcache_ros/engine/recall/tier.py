@@ -34,7 +34,7 @@ from ..errors import QuestionError
 from ..status import Hole, IndexStatus, MemoryCounts, MemoryTimeline
 from .archive import Archive, ArchivedChunk, EncodedChunk, question_vector
 from .archive.thumbnails import encode_all as encode_thumbnails
-from .index import FrameScores, RetrievalEncoder, best_by_chunk, rank_frames
+from .index import FrameScores, RetrievalEncoder, best_by_chunk
 from .index.calibration import CALIBRATION_FILE
 
 log = logging.getLogger("streamcache_ros.archive")
@@ -260,15 +260,12 @@ class MemoryTier:
         (archived before the index, or by another dual encoder): then nothing is ranked by it."""
         if self.archive is None or self.encoder is None:
             return None
-        stamps, chunk_ids, vectors, unindexed = self.archive.frame_index(*window.bounds(), camera)
-        if unindexed or not len(stamps):
+        ranked = self.archive.frame_cosines(self.encoder.embed_text(question), *window.bounds(), camera,
+                                            margin=margin_frames)
+        if ranked is None:
             return None
-        if margin_frames > 0 and len(stamps) > 1:
-            spacing = float(np.median(np.diff(np.unique(stamps)))) if len(np.unique(stamps)) > 1 else 0.0
-            reach = margin_frames * spacing * 1.5
-            stamps, chunk_ids, vectors, _ = self.archive.frame_index(window.since - reach, window.until + reach, camera)
-        p = rank_frames(vectors, self.encoder.embed_text(question), self.encoder.probability)
-        return FrameScores(stamps, chunk_ids, p, self.archive.chunk_cameras(np.unique(chunk_ids).tolist()))
+        stamps, chunk_ids, cameras, cosine, within = ranked
+        return FrameScores(stamps, chunk_ids, self.encoder.probability(cosine), cameras, within)
 
     def replay_chunks(self, chunk_ids: list[int], scores: FrameScores) -> Replay | None:
         """A short replay of these archived chunks (a ``when`` verifying a candidate), as the archive
@@ -277,7 +274,7 @@ class MemoryTier:
         planned = []
         for chunk_id in chunk_ids:
             stamps = scores.chunk_stamps(chunk_id)
-            planned.append(ArchivedChunk(int(chunk_id), scores.cameras.get(int(chunk_id), ""), min(stamps), max(stamps),
+            planned.append(ArchivedChunk(int(chunk_id), scores.camera_of(chunk_id), min(stamps), max(stamps),
                                          stamps, [], 0))
         rows = self.archive.as_held_now(planned)
         return self._replay(rows, recalled=len(rows))
@@ -291,7 +288,7 @@ class MemoryTier:
             return []
         best = [int(i) for i in np.argsort(-scores.probability, kind="stable")[:k]
                 if scores.probability[i] >= self.encoder.settings.threshold]
-        return [(float(scores.stamps[i]), scores.cameras.get(int(scores.chunk_ids[i]), ""),
+        return [(float(scores.stamps[i]), "" if scores.cameras is None else str(scores.cameras[i]),
                  float(scores.probability[i])) for i in best]
 
     def replay_rows(self, rows: list[ArchivedChunk]) -> Replay | None:
@@ -310,10 +307,8 @@ class MemoryTier:
 
     def index_covers(self, camera: str, window: Window) -> bool:
         """Whether the index ranks every archived frame of ``window`` (a ``when`` then retrieves)."""
-        if self.archive is None or self.encoder is None:
-            return False
-        stamps, _, _, unindexed = self.archive.frame_index(*window.bounds(), camera)
-        return len(stamps) > 0 and not unindexed
+        return self.archive is not None and self.encoder is not None and self.archive.index_covers(*window.bounds(),
+                                                                                                   camera)
 
     def plan_when(self, ids: list[int], camera: str, window: Window, clock: int | None,
                   mode: str) -> list[Replay] | None:

@@ -212,9 +212,13 @@ class Archive:
         bound dropped is left out (``ChunkStore.current``)."""
         return self.store.current(rows)[0]
 
-    def chunk_cameras(self, chunk_ids) -> dict[int, str]:
-        """Each of these chunks' camera (those the archive holds)."""
-        return self.store.chunk_cameras(chunk_ids)
+    def frame_cosines(self, query: np.ndarray, since: float = -math.inf, until: float = math.inf, camera: str = "",
+                      margin: int = 0):
+        """``ChunkStore.frame_cosines``."""
+        return self.store.frame_cosines(query, since, until, camera, margin)
+
+    def index_covers(self, since: float = -math.inf, until: float = math.inf, camera: str = "") -> bool:
+        return self.store.index_covers(since, until, camera)
 
     @staticmethod
     def _scores(rows: list[ArchivedChunk], question: np.ndarray) -> np.ndarray:

@@ -58,8 +58,13 @@ class ChunkStore(Protocol):
                      camera: str = "") -> bool:
         """Whether every chunk inside since..until has a standing answer to ``question``."""
 
-    def chunk_cameras(self, chunk_ids) -> dict[int, str]:
-        """Each of these chunks' camera (those held)."""
+    def frame_cosines(self, query: np.ndarray, since: float = -math.inf, until: float = math.inf, camera: str = "",
+                      margin: int = 0):
+        """(stamps, chunk ids, cameras, cosines, inside the window) of the indexed frames inside
+        since..until and ``margin`` either side; None unless every chunk inside is indexed."""
+
+    def index_covers(self, since: float = -math.inf, until: float = math.inf, camera: str = "") -> bool:
+        """Whether frames lie inside since..until (of ``camera``) and every one is indexed."""
 
     def chunk_table(self, camera: str = "") -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """(ids, cameras, first stamps, last stamps, pinned) of every chunk (of ``camera``), oldest first."""

@@ -40,9 +40,32 @@ class IndexCache:
         (stamps, ids, _, vectors, _), keep, unindexed = self._inside(since, until, camera)
         return stamps[keep], ids[keep], vectors[keep], [c for c, inside in unindexed if len(inside)]
 
-    def cameras_of(self, chunk_ids) -> dict[int, str]:
-        with self._lock:
-            return {int(c): self.entries[int(c)][0] for c in chunk_ids if int(c) in self.entries}
+    def cosines(self, query: np.ndarray, since: float, until: float, camera: str, margin: int = 0):
+        """(stamps, chunk ids, cameras, cosines with ``query``, which lie inside since..until, unindexed
+        chunk ids) of every indexed frame inside since..until (of ``camera``) and of the ``margin``
+        frames either side of it (in the camera's order), or None when a chunk inside is unindexed
+        or none is there. Ranks the day's vectors in place rather than copying the window's first:
+        a day's 86 400 vectors are 22 MB (docs/archive.md "The index")."""
+        (stamps, ids, cameras, vectors, _), keep, unindexed = self._inside(since, until, camera)
+        if any(len(inside) for _, inside in unindexed) or not keep.any():
+            return None
+        inside = keep
+        if margin:
+            mine = np.flatnonzero(cameras == camera) if camera else np.arange(len(stamps))
+            held = np.flatnonzero(keep[mine])
+            wide = np.zeros_like(keep)
+            wide[mine[max(held[0] - margin, 0):held[-1] + margin + 1]] = True
+            keep, inside = wide, keep[wide]
+        else:
+            inside = np.ones(int(keep.sum()), bool)
+        query = query.astype(np.float32)
+        cosine = (vectors @ query)[keep] if keep.sum() * 4 > len(keep) else vectors[keep] @ query
+        return stamps[keep], ids[keep], cameras[keep], cosine, inside
+
+    def covers(self, since: float, until: float, camera: str) -> bool:
+        """Whether frames lie inside since..until (of ``camera``) and every one is indexed."""
+        _, keep, unindexed = self._inside(since, until, camera)
+        return bool(keep.any()) and not any(len(inside) for _, inside in unindexed)
 
     def count(self, since: float, until: float, camera: str) -> int:
         """How many frames, indexed or not, are stamped inside since..until (of ``camera``)."""

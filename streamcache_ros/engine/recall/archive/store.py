@@ -319,9 +319,14 @@ class ArchiveStore:
         vectors are listed apart."""
         return self._cached_index().window(since, until, camera)
 
-    def chunk_cameras(self, chunk_ids) -> dict[int, str]:
-        """Each of these chunks' camera, from the index's RAM copy (those it holds)."""
-        return self._cached_index().cameras_of(chunk_ids)
+    def frame_cosines(self, query: np.ndarray, since: float = -math.inf, until: float = math.inf, camera: str = "",
+                      margin: int = 0):
+        """``IndexCache.cosines``: the window's (and ``margin`` frames either side) frames ranked
+        against ``query``; None unless every chunk inside is indexed and one is there."""
+        return self._cached_index().cosines(query, since, until, camera, margin)
+
+    def index_covers(self, since: float = -math.inf, until: float = math.inf, camera: str = "") -> bool:
+        return self._cached_index().covers(since, until, camera)
 
     def chunk_table(self, camera: str = "") -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """(ids, cameras, first stamps, last stamps, pinned) of every chunk (of ``camera``), oldest first."""

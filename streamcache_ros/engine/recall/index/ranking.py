@@ -8,7 +8,7 @@ answers (recall/tier.py), newest first for ``last`` and oldest first for ``first
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
@@ -21,18 +21,27 @@ class FrameScores:
     stamps: np.ndarray
     chunk_ids: np.ndarray
     probability: np.ndarray
-    cameras: dict[int, str] = field(default_factory=dict)  # each chunk's camera (chunk id -> camera)
+    cameras: np.ndarray | None = None  # each frame's camera
+    within: np.ndarray | None = None  # which frames lie inside the window asked (None: all)
 
     def __len__(self) -> int:
         return len(self.stamps)
 
     def inside(self, since: float, until: float) -> "FrameScores":
         keep = (self.stamps >= since) & (self.stamps <= until)
-        return FrameScores(self.stamps[keep], self.chunk_ids[keep], self.probability[keep], self.cameras)
+        return FrameScores(self.stamps[keep], self.chunk_ids[keep], self.probability[keep],
+                           None if self.cameras is None else self.cameras[keep])
 
     def chunk_stamps(self, chunk_id: int) -> list[float]:
-        """The stamps of ``chunk_id``'s frames scored here (those inside the window ranked)."""
+        """The stamps of ``chunk_id``'s frames scored here."""
         return self.stamps[self.chunk_ids == chunk_id].tolist()
+
+    def camera_of(self, chunk_id: int) -> str:
+        """The camera of ``chunk_id``'s frames scored here ("" when unknown)."""
+        if self.cameras is None:
+            return ""
+        at = np.flatnonzero(self.chunk_ids == chunk_id)
+        return str(self.cameras[at[0]]) if len(at) else ""
 
 
 def rank_frames(vectors: np.ndarray, query: np.ndarray, probability: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
