@@ -9,8 +9,9 @@ engine (the bundled Qwen world model, HERMES at the node's budget, the index), t
 written 24 times into a second archive, each copy 3 600 s later (payloads, keys and frame vectors as
 they were), which is what a day's archive holds for a question's cost: 10 800 chunks, 86 400
 indexed frames. A session restarted on it takes 64 more frames, then each question is timed 5
-times: one ask on the working memory (the archive set aside: the unit), a plain ask (a replay of the
-first, newest and best-ranked chunks), "did you see" (retrieved, then verified), `when` last and
+times: one ask on the working memory (the archive set aside: the unit), a question about now (the
+working memory answers it, archive or not), a plain ask (a replay of the first, newest and
+best-ranked chunks), "did you see" (retrieved, then verified), `when` last and
 first for an identity seen (the index, then one-chunk replays: `when` at its best) and for one the
 stream never showed (three are kept out: `when` at its worst, never true), a `timeline` over an
 hour. The answers are not scored (the copies repeat one hour's truth).
@@ -94,6 +95,7 @@ def main(argv=None) -> int:
             one_ask = timed(lambda: session.ask("How many objects are in view now?", ["0", "1", "2"]))
         colours = list(world.COLOUR_NAMES)
         costs = {
+            "a question about now": timed(lambda: session.ask("How many objects are in view now?", ["0", "1", "2"])),
             "plain ask (replay)": timed(lambda: session.ask("What color was the first object you saw?", colours)),
             "did you see (verified)": timed(lambda: session.ask(probe, ["yes", "no"])),
             "did you see, never true": timed(lambda: session.ask(never, ["yes", "no"])),

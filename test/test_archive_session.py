@@ -225,3 +225,19 @@ def test_parts_that_cannot_be_made_whole_stay_as_they_are(stream, tmp_path):
     assert [len(r.stamps) for r in rows] == [4, 4]  # both parts kept, every frame archived once
     assert session.status().chunks_encoded == 2
     session.close_archive()
+
+
+def test_a_question_about_now_reads_the_working_memory_and_one_about_the_past_the_archive(stream, tmp_path):
+    """"How many objects are in view now?" with no window is answered by the working memory, which
+    always holds the newest frames whole, however far the archive reaches; "first" needs the
+    archive's first chunk; after a restart on the archive (the working memory empty) "now" replays."""
+    session = archived_session("qwen2_5_vl", tmp_path)
+    feed(session, stream, range(FRAMES))  # the archive reaches far past the working memory
+    now = session.ask("How many objects are in view now?", ["0", "1", "2"])
+    assert now.recalled_chunks == 0 and now.newest_stamp == stream.stamp(FRAMES - 1)
+    first = session.ask("What color was the first object you saw?", list(world.COLOUR_NAMES))
+    assert first.recalled_chunks >= 1
+    session.close_archive()
+    restarted = archived_session("qwen2_5_vl", tmp_path)
+    assert restarted.ask("How many objects are in view now?", ["0", "1", "2"]).recalled_chunks >= 1
+    restarted.close_archive()

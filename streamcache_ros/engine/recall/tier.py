@@ -219,8 +219,11 @@ class MemoryTier:
 
     # -- planning a question -----------------------------------------------------------------------
     def plan_ask(self, ids: list[int], camera: str, window: Window | None, clock: int | None,
-                 question: str = "") -> Replay | None:
-        """The replay a question needs, or None when the working memory answers it."""
+                 question: str = "", about_now: bool = False) -> Replay | None:
+        """The replay a question needs, or None when the working memory answers it. ``about_now``: a
+        question about what the cameras show now, with no window, reads the working memory, which
+        always holds the newest frames whole; a replay of the day would cost it several asks
+        (docs/archive.md "Recall")."""
         if self.archive is None:
             return None
         whole_since = self.whole_since(camera)
@@ -234,7 +237,7 @@ class MemoryTier:
         # a question with no window reads the day whenever the archive reaches past the working
         # memory, and always when that holds nothing of the camera (a node restarted on its archive)
         empty = not self.sees(camera, None)
-        if not empty and not self._archive_reaches(Window(), camera, whole_since):
+        if not empty and (about_now or not self._archive_reaches(Window(), camera, whole_since)):
             return None
         rows, recalled = self.archive.for_question(camera=camera, before=whole_since,
                                                    **self._ranking(ids, clock, question, camera, Window()))
