@@ -1,5 +1,5 @@
 """"Did you see X?" over time windows, through streamcache_node over DDS, negatives counted as carefully
-as positives (docs/interfaces.md "Did you see ...?").
+as positives (docs/interfaces.md "Did you see X?").
 
     python bench/seen_windows.py                                   # both world models, 4 streams of 1 200 frames
     python bench/seen_windows.py --models world-qwen2_5_vl --frames 300 --streams 1 --per-size 4   # a quick look

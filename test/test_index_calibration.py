@@ -162,3 +162,15 @@ def test_an_untrusted_index_walks_and_says_what_it_did_not_read(walk_chunks, str
     if walk_chunks >= FRAMES // 8:  # a walk that reaches every chunk reads the whole window
         assert incomplete == 0
     session.close_archive()
+
+
+def test_the_search_bounds_are_parameters_checked_at_start(tmp_path):
+    from streamcache_ros.engine.errors import ConfigError
+
+    session = build_session({"model_path": "world-qwen2_5_vl", "archive_path": str(tmp_path / "a"),
+                             "when_verify_chunks": 2, "when_walk_chunks": 5})
+    assert (session.desk.moment.verify_chunks, session.desk.moment.walk_chunks) == (2, 5)
+    session.close_archive()
+    for name, value in (("when_verify_chunks", 0), ("when_walk_chunks", -1)):
+        with pytest.raises(ConfigError, match=name):
+            build_session({"model_path": "world-qwen2_5_vl", "archive_path": "off", name: value})

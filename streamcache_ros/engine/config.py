@@ -37,6 +37,11 @@ class SessionConfig:
     # A chunk is prefilled this many tokens at a time at most (0: in one forward), which bounds the
     # decoder's activations (engine/ingest/prefill.py; the default: docs/performance.md "Prefill in blocks")
     prefill_block_tokens: int = 128
+    # `when` and "did you see" over the archive (docs/archive.md "When with the index"): the index's
+    # candidates replayed at most, and the chunks walked at most where the index cannot settle a window;
+    # together they bound a search's worst case (the reply says what it did not read)
+    when_verify_chunks: int = 4
+    when_walk_chunks: int = 16
 
     def largest_question(self, max_position_embeddings: int) -> int:
         """Positions the largest question and its answer take: max_question_tokens + max_new_tokens,
@@ -54,8 +59,11 @@ class SessionConfig:
         self.evidence_layers = tuple(int(layer) for layer in self.evidence_layers)
         if self.options_mode not in OPTIONS_MODES:
             raise ConfigError("options_mode", f"must be one of {', '.join(OPTIONS_MODES)}, got '{self.options_mode}'")
-        if int(self.rows_per_pass) < 1:
-            raise ConfigError("rows_per_pass", f"must be >= 1, got {self.rows_per_pass}")
+        for name in ("rows_per_pass", "when_verify_chunks"):
+            if int(getattr(self, name)) < 1:
+                raise ConfigError(name, f"must be >= 1, got {getattr(self, name)}")
+        if int(self.when_walk_chunks) < 0:
+            raise ConfigError("when_walk_chunks", f"must be >= 0, got {self.when_walk_chunks}")
         block = self.prefill_block_tokens  # an int (numpy's too), not a bool, a float or a string
         if isinstance(block, bool) or not hasattr(block, "__index__") or block.__index__() < 0:
             raise ConfigError("prefill_block_tokens", f"must be a whole number of tokens >= 0 (0: the whole chunk "

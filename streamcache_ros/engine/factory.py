@@ -169,7 +169,8 @@ def session_config(p: dict[str, Any]) -> SessionConfig:
                          cameras=tuple(p.get("camera_topics") or ()), evidence_k=int(p["evidence_k"]),
                          evidence_layers=tuple(int(layer) for layer in p["evidence_layers"] or ()),
                          options_mode=str(p["options_mode"]), rows_per_pass=int(p["rows_per_pass"]),
-                         prefill_block_tokens=p["prefill_block_tokens"])
+                         prefill_block_tokens=p["prefill_block_tokens"],
+                         when_verify_chunks=int(p["when_verify_chunks"]), when_walk_chunks=int(p["when_walk_chunks"]))
 
 
 def model_evidence_layers(adapter: ModelAdapter) -> tuple[int, ...]:

@@ -107,6 +107,12 @@ ENGINE_PARAMETERS: dict[str, ParameterInfo] = {
     "options_mode": _P("scored", "How a question with options is answered: scored (the option the model finds most "
                                  "likely, with option_probabilities; always an option) | generated (free generation "
                                  "matched to an option, the HERMES reference's way)", choices=("scored", "generated")),
+    "when_verify_chunks": _P(4, "`when` and \"did you see\" over the archive: the index's candidates replayed at most "
+                                "(docs/archive.md \"When with the index\"); with when_walk_chunks, what bounds a "
+                                "search's worst case", 1, 1024),
+    "when_walk_chunks": _P(16, "Where the index cannot settle a window (not trusted, or more candidates than it "
+                               "verified): its chunks walked at most, each replayed alone; the reply says whether it "
+                               "read all of them (search_complete)", 0, 100000),
     "rows_per_pass": _P(64, "Questions asked together in one forward pass (the when search's windows, standing "
                             "questions): more is faster and takes more memory for the pass", 1, 4096),
     "prefill_block_tokens": _P(128, "A chunk's tokens are prefilled in blocks of at most this many (each attends to "

@@ -42,7 +42,7 @@ QUESTION_RULES: tuple[tuple[str, tuple[str, ...]], ...] = (
 
 # "Did you see a red circle?", "Have you seen the box?": whether something was in view at any moment of
 # the window (or of the whole memory) is retrieved, then verified, as `when` finds it
-# (questions/desk.py; docs/interfaces.md "Did you see ...?")
+# (questions/desk.py; docs/interfaces.md "Did you see X?")
 SEEN_QUESTION = re.compile(r"^\W*(did|have|has)\s+(you|we|the\s+robot)\s+(ever\s+)?"
                            r"(see|seen|spot|spotted|notice|noticed)\b", re.IGNORECASE)
 YES_NO_OPTIONS = ("yes", "no")

@@ -51,7 +51,7 @@ class QuestionDesk:
         self.waiting = waiting  # the stamps of a camera's frames waiting for their chunk
         # the last answer's attention mass, every measured layer's row (bench/evidence_layers.py reads it)
         self.last_attention_mass: AttentionMass | None = None
-        self.moment = MomentSettings()
+        self.moment = MomentSettings(config.when_verify_chunks, config.when_walk_chunks)
         self.clear()
 
     def clear(self) -> None:
@@ -141,7 +141,7 @@ class QuestionDesk:
         """"Did you see X?": yes only where a moment that shows X is found and verified, as `when`
         (mode last) finds it (retrieve, then verify); the moment is the first evidence. A plain
         answer over a long window guesses: the models judge one chunk well and hundreds of frames
-        poorly (docs/interfaces.md "Did you see ...?")."""
+        poorly (docs/interfaces.md "Did you see X?")."""
         found = self.when(question, "last", camera, since, until)
         yes = found.found
         p_yes = found.yes_probability if yes else min(found.yes_probability, NOT_YES)
