@@ -14,7 +14,9 @@ folder of its own, ``recall_chunks`` 4). At the middle:
 
 The first-half questions are windows of 100 frames (``seen``, ``now_color``, ``now_count`` over the
 window), and ``first_color`` / ``first_shape`` / ``seen`` / ``when first`` up to the middle: every one
-answered from the archive once the working memory has moved on. Reported: accuracy per phase against
+answered from the archive once the working memory has moved on. The stream keeps three identities
+out (``world.kept_out``), so ``seen`` has "no" to ask; its yes/no questions are scored beside what
+always-yes and always-no would score on them. Reported: accuracy per phase against
 the truth, answers that changed across a restart, archive chunks before and after each restart,
 frames lost to the kill (at most the chunk in progress: docs/archive.md "Durability"), the launch's exit
 codes, memory flat. Exits 1 when a check fails.
@@ -67,13 +69,15 @@ def first_half_questions(stream, middle: int, start_s: float) -> list[dict]:
         last = min(first + WINDOW_FRAMES - 1, middle - 1)
         for q in stream.window_questions(middle, first, last, rng, kinds=("seen", "now_color", "now_count")):
             out.append({"kind": f"window_{q.kind}", "text": q.text, "options": q.options, "answer_index": q.answer_index,
-                        "since": start_s + first - 0.5, "until": start_s + last + 0.5})
+                        "since": start_s + first - 0.5, "until": start_s + last + 0.5,
+                        "truth_yes": q.answer == "yes" if q.kind == "seen" else None})
     for q in stream.questions(middle, rng, ("first_color", "first_shape", "seen", "first_seen")):
         if q.kind == "first_seen":
-            out.append({"kind": q.kind, "probe": q.probe, "answer_stamp": start_s + q.answer_frame, "until": until})
+            out.append({"kind": q.kind, "probe": q.probe, "answer_stamp": start_s + q.answer_frame, "until": until,
+                        "truth_yes": True})
         else:
             out.append({"kind": q.kind, "text": q.text, "options": q.options, "answer_index": q.answer_index,
-                        "until": until})
+                        "until": until, "truth_yes": q.answer == "yes" if q.kind == "seen" else None})
     return out
 
 
@@ -90,7 +94,8 @@ def ask_first_half(client, questions: list[dict], phase: str) -> list[dict]:
             r = client.ask(q["text"], q["options"], since=q.get("since"), until=q["until"])
             said, correct = r.option_index, r.success and r.option_index == q["answer_index"]
             recalled = r.recalled_chunks
-        out.append({"phase": phase, "kind": q["kind"], "success": r.success, "said": said, "correct": bool(correct),
+        out.append({"phase": phase, "kind": q["kind"], "truth_yes": q["truth_yes"], "success": r.success, "said": said,
+                    "correct": bool(correct),
                     "recalled_chunks": recalled, "error": r.error_message if not r.success else "",
                     "ms": round((time.perf_counter() - started) * 1e3, 1)})
     return out
@@ -128,13 +133,15 @@ def archive_state(status) -> dict:
 
 def main(argv=None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    from streamcache_ros import world  # noqa: PLC0415
     from streamcache_ros.client.client import StreamCacheClient  # noqa: PLC0415
     from streamcache_ros.tools.bagfile import (DEFAULT_START_NS, make_world_segments, read_world_questions,  # noqa: PLC0415
                                                world_segments_stream)
 
     work = pathlib.Path(tempfile.mkdtemp(prefix="streamcache-restarts-"))
-    bags = make_world_segments(work / "stream", args.seed, args.frames, args.segment, topic=CAM)
-    stream = world_segments_stream(args.seed, args.frames, args.segment)
+    absent = world.kept_out(args.seed)  # "no" to ask in the first half, however long it is
+    bags = make_world_segments(work / "stream", args.seed, args.frames, args.segment, topic=CAM, absent=absent)
+    stream = world_segments_stream(args.seed, args.frames, args.segment, absent=absent)
     record = read_world_questions(work / "stream")
     middle_bag = len(bags) // 2
     middle = middle_bag * args.segment
@@ -215,8 +222,14 @@ def report(args, how, questions, first_half, answers, states, exits, acked, lost
     per_phase = {}
     for phase in phases:
         mine = [a for a in first_half if a["phase"] == phase]
+        yes_no = [a for a in mine if a["truth_yes"] is not None]
+        share = float(np.mean([a["truth_yes"] for a in yes_no])) if yes_no else 0.0
         per_phase[phase] = {"questions": len(mine), "answered": sum(a["success"] for a in mine),
                             "accuracy": round(sum(a["correct"] for a in mine) / max(1, len(mine)), 3),
+                            # the yes/no questions, against what always-yes and always-no score on them
+                            "yes_no": len(yes_no), "yes_no_accuracy": round(float(np.mean([a["correct"] for a in yes_no])),
+                                                                            3) if yes_no else None,
+                            "always_yes": round(share, 3), "always_no": round(1 - share, 3),
                             "median_ms": float(np.median([a["ms"] for a in mine])) if mine else None}
     before = [a for a in first_half if a["phase"] == "before"]
     changed = {phase: sum(a["said"] != b["said"] for a, b in zip([x for x in first_half if x["phase"] == phase], before))
@@ -234,7 +247,8 @@ def report(args, how, questions, first_half, answers, states, exits, acked, lost
         "no process left": not left,
     }
     print(h.table([{"phase": p, **v} for p, v in per_phase.items()], ["phase", "questions", "answered", "accuracy",
-                                                                       "median_ms"]))
+                                                                       "yes_no", "yes_no_accuracy", "always_yes",
+                                                                       "always_no", "median_ms"]))
     print(h.table([{"state": k, **v} for k, v in states.items()], ["state", *states["end"]]))
     print(f"answers changed against 'before': {changed}; launch exit codes: {exits}")
     for name, ok in checks.items():

@@ -125,12 +125,12 @@ def make_world_bag(path: str | pathlib.Path, seed: int, frames: int, ask_at=(), 
 
 def make_world_segments(folder: str | pathlib.Path, seed: int, frames: int, segment_frames: int, look=None,
                         topic: str = DEFAULT_TOPIC, start_ns: int = DEFAULT_START_NS,
-                        overwrite: bool = False) -> list[pathlib.Path]:
+                        overwrite: bool = False, absent: tuple[tuple[str, str], ...] = ()) -> list[pathlib.Path]:
     """One world stream of ``frames`` frames written as consecutive bags of ``segment_frames`` each
     (``<folder>/segment000`` ...; stamps run on from bag to bag), with the questions asked at the end
     of every segment in ``<folder>/world_questions.json``: a long stream replayed a segment at a
     time, questions in between (bench/hour_soak.py)."""
-    stream = world_segments_stream(seed, frames, segment_frames, look)
+    stream = world_segments_stream(seed, frames, segment_frames, look, absent)
     points = _question_points(range(segment_frames, frames + 1, segment_frames), frames)
     folder = _fresh(pathlib.Path(folder), overwrite)
     stamps = [start_ns + i * 1_000_000_000 for i in range(frames)]
@@ -143,11 +143,13 @@ def make_world_segments(folder: str | pathlib.Path, seed: int, frames: int, segm
     return bags
 
 
-def world_segments_stream(seed: int, frames: int, segment_frames: int, look=None) -> world.WorldStream:
+def world_segments_stream(seed: int, frames: int, segment_frames: int, look=None,
+                          absent: tuple[tuple[str, str], ...] = ()) -> world.WorldStream:
     """The world stream ``make_world_segments`` writes: still at every segment's end, so that
-    questions may be asked there (bench/archive_restarts.py asks its own of it)."""
+    questions may be asked there (bench/archive_restarts.py asks its own of it); ``absent``:
+    identities it never shows."""
     points = _question_points(range(segment_frames, frames + 1, segment_frames), frames)
-    return world.make_stream(seed, frames, question_points=points, look=look)
+    return world.make_stream(seed, frames, question_points=points, look=look, absent=absent)
 
 
 def _question_points(ask_at, frames: int) -> list[int]:
