@@ -174,3 +174,25 @@ def test_the_search_bounds_are_parameters_checked_at_start(tmp_path):
     for name, value in (("when_verify_chunks", 0), ("when_walk_chunks", -1)):
         with pytest.raises(ConfigError, match=name):
             build_session({"model_path": "world-qwen2_5_vl", "archive_path": "off", name: value})
+
+
+def test_what_a_walk_has_left_is_read_off_the_scores_in_the_search_order():
+    """moment._beyond on plain arrays: the window's chunks not yet read, newer (last) / older (first)
+    than the moment found, the first ``limit`` in order and how many there are."""
+    from streamcache_ros.engine.memory.ledger import Window
+    from streamcache_ros.engine.questions.moment import _beyond, _Search
+    from streamcache_ros.engine.recall.index import FrameScores
+    from streamcache_ros.engine.status import WhenAnswer
+
+    stamps = np.arange(40.0)
+    scores = FrameScores(stamps, np.repeat(np.arange(1, 6), 8), np.zeros(40), np.array(["/cam"] * 40, dtype=object))
+    inside = np.ones(40, bool)
+    found = WhenAnswer(True, 12.0, "/cam", 0.9, [], [], 1, 0.0, 40)
+    last = _Search(Window(), "last", 0.0)
+    rows, total = _beyond(scores, inside, found, {2}, last, limit=2)
+    assert [r.chunk_id for r in rows] == [5, 4] and total == 3 and rows[0].stamps == list(range(32, 40))
+    first = _Search(Window(), "first", 0.0)
+    rows, total = _beyond(scores, inside, WhenAnswer(True, 20.0, "/cam", 0.9, [], [], 1, 0.0, 40), {1}, first, 10)
+    assert [r.chunk_id for r in rows] == [2, 3] and total == 2  # older than 20: chunks 1 (read), 2, and 3 (16..23)
+    rows, total = _beyond(scores, inside, None, set(), last, limit=10, only={1, 3})
+    assert [r.chunk_id for r in rows] == [3, 1] and total == 2

@@ -104,10 +104,9 @@ def find_moment(tier: MemoryTier, question: str, mode: str, camera: str, window:
         return found or search.answer(False, p=best_p, found_by=by, candidates=len(candidates))
     # the index cannot settle it: walk the window's chunks beyond the answer (all, with none); a trusted
     # index that proposed more than it verified: its candidates left
-    rows = _beyond(wide, inside, found, verified | set(decided), search)
-    if encoder.trusted:
-        rows = [row for row in rows if row.chunk_id in {c.chunk_id for c in candidates}]
-    walked = _walk(tier, question, camera, rows, settings, search)
+    rows, total = _beyond(wide, inside, found, verified | set(decided), search, settings.walk_chunks,
+                          only={c.chunk_id for c in candidates} if encoder.trusted else None)
+    walked = _walk(tier, question, camera, rows, settings, search, total)
     if walked.found:
         return dataclasses.replace(walked, index_candidates=len(candidates))
     if found is not None:
@@ -185,35 +184,46 @@ def confirm_moment(tier: MemoryTier, question: str, camera: str, stamp: float, w
     return p
 
 
-def _beyond(wide: FrameScores, inside: np.ndarray, found: WhenAnswer | None, verified: set[int],
-            search: _Search) -> list[ArchivedChunk]:
-    """The window's chunks a walk still has to read, in the search's order: those not verified,
-    newer (``last``) / older (``first``) than the answer found, every one when none."""
-    ids = wide.chunk_ids[inside]
-    stamps = wide.stamps[inside]
-    rows = []
-    for chunk_id in dict.fromkeys(ids.tolist()):
-        if chunk_id in verified:
-            continue
-        own = stamps[ids == chunk_id].tolist()
-        if found is not None and ((max(own) <= found.stamp) if search.newest_first else (min(own) >= found.stamp)):
-            continue
-        rows.append(ArchivedChunk(int(chunk_id), wide.camera_of(chunk_id), min(own), max(own), own, [], 0))
-    return sorted(rows, key=lambda r: r.first_stamp, reverse=search.newest_first)
+def _beyond(wide: FrameScores, inside: np.ndarray, found: WhenAnswer | None, skip: set[int], search: _Search,
+            limit: int, only: set[int] | None = None) -> tuple[list[ArchivedChunk], int]:
+    """(the first ``limit`` of the window's chunks a walk still has to read, in the search's order;
+    how many there are): those not in ``skip`` (verified, decided), among ``only`` when given, with a
+    frame newer (``last``) / older (``first``) than the answer found, every one when none. A chunk's
+    frames lie together in the scores: its span is one reduce over its run (a day's 10 800 chunks)."""
+    ids, stamps = wide.chunk_ids[inside], wide.stamps[inside]
+    if not len(ids):
+        return [], 0
+    cameras = wide.cameras[inside] if wide.cameras is not None else None
+    starts = np.flatnonzero(np.concatenate([[True], ids[1:] != ids[:-1]]))
+    ends = np.append(starts[1:], len(ids))
+    firsts, lasts = np.minimum.reduceat(stamps, starts), np.maximum.reduceat(stamps, starts)
+    keep = ~np.isin(ids[starts], list(skip))
+    if only is not None:
+        keep &= np.isin(ids[starts], list(only))
+    if found is not None:
+        keep &= (lasts > found.stamp) if search.newest_first else (firsts < found.stamp)
+    order = np.flatnonzero(keep)
+    order = order[np.argsort(firsts[order], kind="stable")]
+    if search.newest_first:
+        order = order[::-1]
+    rows = [ArchivedChunk(int(ids[starts[i]]), "" if cameras is None else str(cameras[starts[i]]), float(firsts[i]),
+                          float(lasts[i]), stamps[starts[i]:ends[i]].tolist(), [], 0) for i in order[:limit]]
+    return rows, len(order)
 
 
 def _walk(tier: MemoryTier, question: str, camera: str, rows: list[ArchivedChunk], settings: MomentSettings,
-          search: _Search) -> WhenAnswer:
+          search: _Search, total: int | None = None) -> WhenAnswer:
     """``rows`` searched in order, each replayed alone, ``walk_chunks`` at most: the first whose
-    search finds the answer (its newest / oldest unit saying yes) is it. Complete when every row was
-    read."""
+    search finds the answer (its newest / oldest unit saying yes) is it. Complete when every one of
+    the ``total`` rows to read (``len(rows)`` when not given) was read."""
     best = 0.0
     for row in rows[:settings.walk_chunks]:
         found = _search_replay(tier.replay_rows([row]), question, camera, search)
         if found is not None and found.found:
             return found
         best = max(best, found.yes_probability if found is not None else 0.0)
-    return search.answer(False, p=best, found_by="walk", complete=len(rows) <= settings.walk_chunks)
+    return search.answer(False, p=best, found_by="walk",
+                         complete=(len(rows) if total is None else total) <= settings.walk_chunks)
 
 
 def _search_replay(replay, question: str, camera: str, search: _Search) -> WhenAnswer | None:
