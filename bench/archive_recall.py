@@ -122,7 +122,7 @@ def ask(session, q, stream, window: tuple[float, float] | None = None) -> tuple[
 def run_stream(adapter, seed: int, frames: int, policies: tuple[str, ...], fraction: float, folder: pathlib.Path,
                recall_chunks: int, marks: list[int] | None = None, trace_every: int = 0,
                trace: list[dict] | None = None, budget_tokens: int = 0, head_map_path: str = "",
-               encoder=None, compare: bool = True) -> list[dict]:
+               encoder=None, compare: bool = True, content: str = "auto") -> list[dict]:
     points = sorted(set(marks or hour_points(frames)) | {REFERENCE_FRAMES})
     absent = world.kept_out(seed, KEPT_OUT)
     stream = world.make_long_stream(seed, frames, question_points=points, absent=absent)
@@ -133,7 +133,7 @@ def run_stream(adapter, seed: int, frames: int, policies: tuple[str, ...], fract
     for policy in policies:
         session = make_session(adapter, policy, policy_knobs(policy, target, g), head_map_path)
         identity = {"model_id": adapter.model_id, "config_hash": adapter.config_hash}
-        settings = ArchiveSettings(str(folder / f"{seed}-{policy}"), recall_chunks=recall_chunks)
+        settings = ArchiveSettings(str(folder / f"{seed}-{policy}"), recall_chunks=recall_chunks, content=content)
         session.attach_archive(Archive.open(settings, identity, owner=f"bench/{policy}"), encoder=encoder)
         sessions[policy] = session
     reference = make_session(adapter, "full", {})
@@ -299,6 +299,8 @@ def main(argv=None) -> int:
     parser.add_argument("--retrieval", default="auto",
                         help="retrieval_model_path: the index (auto: the bundled one for a world model; none: off); "
                              "with one, each archive question is asked again without it, side by side")
+    parser.add_argument("--archive-content", default="auto", choices=("auto", "embeddings", "frames"),
+                        help="what an archived chunk keeps (frames: encoded again on every replay)")
     parser.add_argument("--no-compare", action="store_true",
                         help="with an index, do not ask again without it (a day's walks take hours)")
     parser.add_argument("--marks", type=int, nargs="+", default=None,
@@ -325,7 +327,7 @@ def main(argv=None) -> int:
         for s in range(args.streams):
             records += run_stream(adapter, SEED + s, args.frames, tuple(args.policies), args.fraction, folder,
                                   args.recall_chunks, args.marks, args.trace_every, trace, args.budget_tokens,
-                                  head_map_path, encoder, not args.no_compare)
+                                  head_map_path, encoder, not args.no_compare, args.archive_content)
             print(f"stream {s + 1}/{args.streams} done, {time.perf_counter() - started:.0f} s", flush=True)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
@@ -337,6 +339,7 @@ def main(argv=None) -> int:
                              "budget_tokens": args.budget_tokens,
                              "recall_chunks": args.recall_chunks, "marks": args.marks, "summary": summary,
                              "retrieval": args.retrieval, "seeds_from": SEED, "kept_out": KEPT_OUT,
+                             "archive_content": args.archive_content,
                              "trace": trace, "records": records,
                              "wall_s": round(time.perf_counter() - started, 1)}, args.out)
     print(f"wrote {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}")

@@ -213,10 +213,11 @@ def build_session(params: dict[str, Any]) -> Session:
     if not archive_off(p["archive_path"]):
         encoder = _retrieval_encoder(str(p["retrieval_model_path"]), adapter.model_id, str(adapter.device))
         try:
-            session.open_archive(str(p["archive_path"]), int(p["archive_max_bytes"]), int(p["recall_chunks"]),
-                                 owner=str(p.get("archive_owner", "")), encoder=encoder,
+            session.open_archive(str(p["archive_path"]), owner=str(p.get("archive_owner", "")), encoder=encoder,
+                                 set_aside=bool(p.get("archive_set_aside", False)),
+                                 max_bytes=int(p["archive_max_bytes"]), recall_chunks=int(p["recall_chunks"]),
                                  thumbnail_px=int(p["archive_thumbnail_px"]), sync=str(p["archive_sync"]),
-                                 set_aside=bool(p.get("archive_set_aside", False)))
+                                 content=str(p["archive_content"]))
         except ArchiveError as err:  # held by another node, another model's, other cameras: nothing opened
             raise ConfigError("archive_path", str(err)) from None
     return session

@@ -128,6 +128,12 @@ ENGINE_PARAMETERS: dict[str, ParameterInfo] = {
                                                      "pixels, counted in archive_max_bytes: what the archive CLI, "
                                                      "with_images answers and the shown topic show (docs/show.md); "
                                                      "0 = none", 0, 4096),
+    "archive_content": _P("auto", "What an archived chunk keeps to be replayed (docs/archive.md \"What a chunk "
+                                  "keeps\"): embeddings (the vision encoder's output: no encoding on a replay), "
+                                  "frames (each frame's JPEG at the model's input size, encoded again on a replay: a "
+                                  "7B model's day on an edge disk), or auto (frames where the embeddings take 128 kB "
+                                  "a frame or more: a 3B or 7B model; embeddings for the bundled ones)",
+                          choices=("auto", "embeddings", "frames")),
     "archive_sync": _P("normal", "When the archive's commits reach the disk (docs/archive.md \"Durability\"): normal = at "
                                  "each checkpoint (a kill -9 loses nothing committed, a power cut may lose the chunks "
                                  "since the last checkpoint), full = at every commit (a power cut loses nothing "

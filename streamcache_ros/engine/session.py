@@ -33,7 +33,7 @@ from .questions import checks
 from .questions.answering import QuestionRunner
 from .questions.desk import QuestionDesk
 from .questions.turns import TurnLock
-from .recall.archive import DEFAULT_THUMBNAIL_PX, Archive, ArchiveSettings, EncodedChunk
+from .recall.archive import Archive, ArchiveSettings, EncodedChunk
 from .recall.tier import MemoryTier
 from .status import (Answer, ArchiveStatus, CacheSummary, ChunkReport, DeviceMemory, EngineInfo, EvidenceFrame,
                      MemoryReset, MemoryTimeline, SessionStatus, WatchAnswer, WhenAnswer, process_rss_bytes)
@@ -121,17 +121,15 @@ class Session:
             self.memory.attach(archive, tuple(key_layers) or tuple(self.evidence_layers), encoder)
             self.chunks.key_layers = self.memory.key_layers
 
-    def open_archive(self, path: str, max_bytes: int, recall_chunks: int, owner: str = "", encoder=None,
-                     thumbnail_px: int = DEFAULT_THUMBNAIL_PX, sync: str = "normal", set_aside: bool = False) -> list[str]:
-        """Open (or create) the archive in the folder ``path`` for this model and these cameras, and
-        attach it; returns what opening found and mended (each a warning to log). ArchiveError when
-        it is refused (held by another node, another model's, other cameras: with ``set_aside`` those
-        two are set aside instead, ``Archive.open``), nothing changed."""
-        for name, value in (("recall_chunks", recall_chunks), ("archive_thumbnail_px", thumbnail_px)):
-            if int(value) < 0:
-                raise ConfigError(name, f"must be >= 0, got {value}")
-        settings = ArchiveSettings(path, max_bytes=int(max_bytes), recall_chunks=int(recall_chunks),
-                                   thumbnail_px=int(thumbnail_px), sync=str(sync))
+    def open_archive(self, path: str, owner: str = "", encoder=None, set_aside: bool = False, **settings) -> list[str]:
+        """Open (or create) the archive in the folder ``path`` (``settings``: ArchiveSettings' fields)
+        for this model and these cameras, and attach it; returns what opening found and mended (each a
+        warning to log). ArchiveError when it is refused (held by another node, another model's, other
+        cameras: with ``set_aside`` those two are set aside instead, ``Archive.open``), nothing changed."""
+        for name, field in (("recall_chunks", "recall_chunks"), ("archive_thumbnail_px", "thumbnail_px")):
+            if int(settings.get(field, 0)) < 0:
+                raise ConfigError(name, f"must be >= 0, got {settings[field]}")
+        settings = ArchiveSettings(path, **settings)
         identity = {"model_id": self.adapter.model_id, "config_hash": self.adapter.config_hash}
         archive = Archive.open(settings, identity, self.config.cameras, owner, set_aside_mismatch=set_aside)
         self.attach_archive(archive, encoder=encoder)

@@ -158,6 +158,11 @@ class ModelAdapter(abc.ABC):
     def preprocess(self, frames: list[np.ndarray]) -> VisionInputs:
         """RGB uint8 frames [H, W, 3] (one camera, in time order) -> encoder inputs."""
 
+    def input_size(self, height: int, width: int) -> tuple[int, int]:
+        """(height, width) a frame of this size is resized to before the vision tower: what the archive
+        keeps of a frame with ``archive_content: frames`` (docs/archive.md "What a chunk keeps")."""
+        return height, width
+
     @abc.abstractmethod
     def batch_vision_inputs(self, inputs: list[VisionInputs]) -> dict[str, torch.Tensor]:
         """Several chunks' tensors as one input of the vision tower, whose output is their tokens

@@ -71,6 +71,9 @@ class LlavaOnevisionAdapter(ModelAdapter):
         self.rescale = float(getattr(ip, "rescale_factor", 1 / 255))
         self.resample = int(getattr(ip, "resample", Image.BICUBIC))
 
+    def input_size(self, height: int, width: int) -> tuple[int, int]:
+        return self.image_size, self.image_size  # the tower's square input (normalise)
+
     def _text_model(self):
         return self.model.model.language_model
 

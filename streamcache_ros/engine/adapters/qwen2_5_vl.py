@@ -67,6 +67,16 @@ class Qwen25VLAdapter(ModelAdapter):
     def vision_features(self, tensors):
         return video_features(self.model.model.visual, tensors)
 
+    def input_size(self, height: int, width: int) -> tuple[int, int]:
+        """The processor's resize of a frame of this size (within its pixel bounds, to whole merged
+        patches), read once per size from its grid."""
+        sizes = self.__dict__.setdefault("_input_sizes", {})
+        if (height, width) not in sizes:
+            grid = self.image_processor(images=[np.zeros((height, width, 3), np.uint8)],
+                                        return_tensors="pt")["image_grid_thw"][0]
+            sizes[(height, width)] = (int(grid[1]) * self.patch_size, int(grid[2]) * self.patch_size)
+        return sizes[(height, width)]
+
     def _frame_patches(self, frame: np.ndarray) -> tuple[torch.Tensor, int, int]:
         """[gh·gw, C, P, P] normalised patches of one frame, in the processor's patch order."""
         out = self.image_processor(images=[frame], return_tensors="pt")

@@ -116,9 +116,10 @@ class ChunkPipeline:
         return self.encode_only(camera, batch, stamps, lambda rel: self._make_room(rel, clock))
 
     def encode_only(self, camera: str, batch: list[tuple[np.ndarray, float]], stamps: list[float] | None = None,
-                    before_encoding=None) -> EncodedChunk:
-        """The frames through preprocessing, the vision encoder and the index, nothing prefilled (the
-        archive's whole chunk made again from frames a question took in parts: recall/tier.py)."""
+                    before_encoding=None, side_outputs: bool = True) -> EncodedChunk:
+        """The frames through preprocessing, the vision encoder and (``side_outputs``) the index and
+        thumbnails, nothing prefilled (the archive's whole chunk made again from frames a question
+        took in parts, or a chunk kept as frames encoded for a replay: recall/tier.py)."""
         stamps = [float(stamp) for _, stamp in batch] if stamps is None else stamps
         inputs = self.adapter.preprocess([frame for frame, _ in batch])
         rel = self.adapter.chunk_rel_positions(inputs)
@@ -127,10 +128,11 @@ class ChunkPipeline:
             failpoints.hit("encode", chunk=self.attempts)
         embeds = self.adapter.encode(inputs)
         frames = [frame for frame, _ in batch]
+        side = side_outputs  # a replay needs neither the index's vectors nor thumbnails: the archive has them
         return EncodedChunk(camera, stamps, [tuple(f) for f in inputs.unit_frames], inputs.tokens_per_unit,
                             embeds[0] if embeds.dim() == 3 else embeds, rel,
-                            self.index_frames(frames) if self.index_frames is not None else None,
-                            self.thumbnail_frames(frames) if self.thumbnail_frames is not None else None)
+                            self.index_frames(frames) if side and self.index_frames is not None else None,
+                            self.thumbnail_frames(frames) if side and self.thumbnail_frames is not None else None)
 
     def _take_in(self, encode, source: str, clock: int) -> tuple[EncodedChunk, object, list[float]]:
         """The chunk encoded (``encode(source, clock)``) and prefilled into the cache on its camera's

@@ -19,6 +19,7 @@ methods only, and to the working memory through the ledger and the policy's acco
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 from typing import Any, Callable, Protocol
@@ -33,13 +34,18 @@ from ..memory.ledger import UnitLedger, Window
 from ..errors import QuestionError
 from ..status import Hole, IndexStatus, MemoryCounts, MemoryTimeline
 from .archive import Archive, ArchivedChunk, EncodedChunk, question_vector
+from .archive.thumbnails import decode as decode_jpeg
 from .archive.thumbnails import encode_all as encode_thumbnails
+from .archive.thumbnails import encode_at
 from .index import FrameScores, RetrievalEncoder, best_by_chunk
 from .index.calibration import CALIBRATION_FILE
 
 log = logging.getLogger("streamcache_ros.archive")
 # standing answers are noted for the newest chunks only: older ones have left the ledger's window
 WATCHED_CHUNKS = 64
+# archive_content auto: a chunk whose fp16 embeddings take at least this much a frame is kept as frames
+# (a 3B or 7B model's 0.5-1 MB a frame; the bundled world models' 1-2 kB stay embeddings)
+FRAMES_FROM_BYTES = 128 << 10
 # what each kind of hole means, in a refusal (docs/archive.md "Holes")
 HOLE_REASONS = {"bound": "its frames were dropped by archive_max_bytes", "disk": "its frames were never written: the "
                 "disk was full or failing", "down": "the node was down"}
@@ -142,7 +148,7 @@ class MemoryTier:
         chunk's frames, when it has them)."""
         if self.archive is None:
             return
-        archived = self.archive.add(chunk, key)
+        archived = self.archive.add(self._as_kept(chunk, frames), key)
         if archived is None:  # the disk refused it: counted and named as a hole (archive/write_failures.py)
             return
         self.archive_ids[chunk_id] = archived
@@ -156,7 +162,8 @@ class MemoryTier:
             if len(parts[0]) >= self.chunk_frames:
                 del self.parts[chunk.camera]
                 try:
-                    merged = self.archive.replace(parts[1], self.encode_whole(chunk.camera, parts[0]), key)
+                    whole_chunk = self._as_kept(self.encode_whole(chunk.camera, parts[0]), parts[0])
+                    merged = self.archive.replace(parts[1], whole_chunk, key)
                 except Exception as err:  # noqa: BLE001 - the parts are on disk already: they stay as they are
                     log.warning("archive: the parts of a chunk (%d frames) stay apart: %s", len(parts[0]), err)
                     return
@@ -164,6 +171,18 @@ class MemoryTier:
                     self.archive_ids[part] = merged
         for old in [c for c in self.archive_ids if c < chunk_id - WATCHED_CHUNKS]:
             del self.archive_ids[old]
+
+    def _as_kept(self, chunk: EncodedChunk, frames) -> EncodedChunk:
+        """``chunk`` as the archive keeps it: as it is, or with archive_content frames (and its frames
+        at hand) its frames' JPEGs at the model's input size in place of its embeddings."""
+        content = self.archive.settings.content
+        if content == "embeddings" or not frames or len(frames) != len(chunk.stamps) or chunk.needs_encoding:
+            return chunk
+        if content == "auto" and chunk.embeds.numel() * 2 < FRAMES_FROM_BYTES * len(chunk.stamps):
+            return chunk  # a small model's embeddings take less than its frames' JPEGs
+        height, width = self.adapter.input_size(*frames[0][0].shape[:2])
+        return dataclasses.replace(chunk, embeds=None, rel_positions=None,
+                                   frames=[encode_at(frame, height, width) for frame, _ in frames])
 
     def note_watch(self, chunk_id: int, answers: dict[str, float]) -> None:
         if self.archive is not None and chunk_id in self.archive_ids:
@@ -369,7 +388,11 @@ class MemoryTier:
                                 "archive_max_bytes while it ran: ask again")
         scratch = self.make_scratch()
         for row in loaded:
-            scratch.take_in(row.chunk)
+            chunk = row.chunk
+            if chunk.needs_encoding:  # kept as frames: through the vision encoder again (docs/archive.md)
+                chunk = self.encode_whole(row.camera, [(decode_jpeg(j), s) for j, s in zip(chunk.frames, chunk.stamps)],
+                                          side_outputs=False)
+            scratch.take_in(chunk)
             row.chunk = None  # payloads go as soon as they are prefilled
         return scratch, loaded, gone
 

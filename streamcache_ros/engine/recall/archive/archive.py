@@ -22,6 +22,7 @@ from .thumbnails import DEFAULT_THUMBNAIL_PX, Thumbnail
 log = logging.getLogger("streamcache_ros.archive")
 # a camera's gap after a restart longer than this (and than a few of its frames) was the node down
 DOWN_GAP_S, DOWN_GAP_FRAMES = 2.0, 3
+CONTENTS = ("auto", "embeddings", "frames")  # archive_content
 DEFAULT_MAX_BYTES = 1 << 30  # 1 GiB: a day of the bundled model is about 0.18 GiB (docs/archive.md "The store")
 
 
@@ -39,6 +40,10 @@ class ArchiveSettings:
     sync: str = "normal"  # archive_sync: "full" syncs every commit (docs/archive.md "Durability")
     # every frame's JPEG at this longest side, counted in max_bytes; 0 = none (docs/show.md)
     thumbnail_px: int = DEFAULT_THUMBNAIL_PX
+    # what a chunk keeps to be replayed (docs/archive.md "What a chunk keeps"): "embeddings" (the
+    # vision encoder's output), "frames" (each frame's JPEG at the model's input size, encoded again
+    # on a replay), or "auto" (frames where the embeddings take 128 kB a frame or more)
+    content: str = "auto"
 
 
 class Archive:
@@ -55,6 +60,9 @@ class Archive:
         does not have, is set aside (renamed, kept for a person, with a warning) and a new one begins,
         instead of the open being refused: the node's default archive_path, where a robot whose
         model or cameras changed must still start (docs/archive.md "Refusals")."""
+        if settings.content not in CONTENTS:
+            raise ArchiveError(f"archive_content must be one of {', '.join(CONTENTS)}, got '{settings.content}'")
+
         def open_store():
             return opener(settings.path, identity, cameras, owner, settings.dtype, settings.max_bytes,
                           settings.buffer_bytes, settings.sync)

@@ -15,9 +15,13 @@ class ChunkBuffer:
         self.items: OrderedDict[int, tuple[EncodedChunk, int]] = OrderedDict()
 
     def put(self, chunk_id: int, chunk: EncodedChunk) -> None:
-        # the bytes held in RAM, not the row's bytes on disk: the buffer keeps float32 tensors
-        size = int(chunk.embeds.nelement() * chunk.embeds.element_size()
-                   + chunk.rel_positions.nelement() * chunk.rel_positions.element_size())
+        # the bytes held in RAM, not the row's bytes on disk: the buffer keeps float32 tensors (or,
+        # for a chunk kept as frames, their JPEGs)
+        if chunk.needs_encoding:
+            size = sum(len(jpeg) for jpeg in chunk.frames or ())
+        else:
+            size = int(chunk.embeds.nelement() * chunk.embeds.element_size()
+                       + chunk.rel_positions.nelement() * chunk.rel_positions.element_size())
         if size > self.max_bytes:
             return
         self.items[chunk_id] = (chunk, size)

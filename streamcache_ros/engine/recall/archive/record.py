@@ -32,6 +32,14 @@ class EncodedChunk:
     frame_vectors: np.ndarray | None = None  # [frames, dim]: the index's vector of each frame, unit length
     # one JPEG per frame (b"" for none), what a person is shown (thumbnails.py); None: thumbnails off
     thumbnails: list[bytes] | None = None
+    # archive_content frames: every frame's JPEG at the model's input size, kept in place of ``embeds``
+    # and ``rel_positions`` (then None), encoded again when the chunk is replayed
+    frames: list[bytes] | None = None
+
+    @property
+    def needs_encoding(self) -> bool:
+        """A chunk kept as frames: its embeddings are made again when it is replayed."""
+        return self.embeds is None
 
     @property
     def num_units(self) -> int:
@@ -98,8 +106,12 @@ def row_of(row) -> ArchivedChunk:
 
 def packed_row(chunk: EncodedChunk, key: np.ndarray | None, dtype: str) -> dict:
     """A chunk's row as its columns' values (id, pinned and watch filled in at the commit)."""
-    embeds, embeds_shape = pack_tensor(chunk.embeds, dtype)
-    positions, positions_shape = pack_tensor(chunk.rel_positions, "float32")
+    if chunk.needs_encoding:  # frames in place of the embeddings: nothing of them to keep
+        embeds, embeds_shape, positions, positions_shape = b"", "[0]", b"", "[0]"
+    else:
+        embeds, embeds_shape = pack_tensor(chunk.embeds, dtype)
+        positions, positions_shape = pack_tensor(chunk.rel_positions, "float32")
+    frames_blob, frame_sizes = pack_thumbnails(chunk.frames)
     key_blob = key_shape = None
     if key is not None:
         key16 = np.asarray(key, dtype=np.float16)
@@ -110,10 +122,12 @@ def packed_row(chunk: EncodedChunk, key: np.ndarray | None, dtype: str) -> dict:
         vectors_blob, vectors_shape = vectors16.tobytes(), json.dumps(list(vectors16.shape))
     thumbs_blob, thumbs_sizes = pack_thumbnails(chunk.thumbnails)
     # the thumbnails count in the bound: archive_max_bytes bounds what is on disk (docs/show.md)
-    size = (len(embeds) + len(positions) + len(key_blob or b"") + len(vectors_blob or b"") + len(thumbs_blob or b""))
+    size = (len(embeds) + len(positions) + len(key_blob or b"") + len(vectors_blob or b"") + len(thumbs_blob or b"")
+            + len(frames_blob or b""))
     return {"camera": chunk.camera, "first_stamp": min(chunk.stamps), "last_stamp": max(chunk.stamps),
             "stamps": json.dumps(chunk.stamps), "unit_frames": json.dumps([list(u) for u in chunk.unit_frames]),
             "tokens_per_unit": chunk.tokens_per_unit, "embeds": embeds, "embeds_shape": embeds_shape,
             "positions": positions, "positions_shape": positions_shape, "retrieval_key": key_blob,
             "key_shape": key_shape, "pinned": 0, "bytes": size, "frame_vectors": vectors_blob,
-            "vectors_shape": vectors_shape, "thumbnails": thumbs_blob, "thumbnail_sizes": thumbs_sizes}
+            "vectors_shape": vectors_shape, "thumbnails": thumbs_blob, "thumbnail_sizes": thumbs_sizes,
+            "frames": frames_blob, "frame_sizes": frame_sizes}

@@ -57,7 +57,9 @@ CREATE TABLE IF NOT EXISTS chunks (
     frame_vectors BLOB,                -- float16 [frames, dim]: the index (docs/archive.md "The index")
     vectors_shape TEXT,
     thumbnails BLOB,                   -- every frame's JPEG, concatenated (docs/show.md)
-    thumbnail_sizes TEXT               -- JSON: each frame's JPEG byte count, 0 for none
+    thumbnail_sizes TEXT,              -- JSON: each frame's JPEG byte count, 0 for none
+    frames BLOB,                       -- archive_content frames: every frame's JPEG at the model's input
+    frame_sizes TEXT                   --   size, in place of the embeddings (docs/archive.md "What a chunk keeps")
 );
 CREATE INDEX IF NOT EXISTS chunks_by_stamp ON chunks (last_stamp);
 -- rows come oldest first: the first of a span (holds, the oldest stamp) without sorting a day
@@ -123,7 +125,8 @@ def open_db(path: pathlib.Path, sync: str = "normal") -> sqlite3.Connection:
     db.executescript(SCHEMA)
     columns = {row[1] for row in db.execute("PRAGMA table_info(chunks)")}
     # files from before the index, and from before the thumbnails
-    for column in ("frame_vectors BLOB", "vectors_shape TEXT", "thumbnails BLOB", "thumbnail_sizes TEXT"):
+    for column in ("frame_vectors BLOB", "vectors_shape TEXT", "thumbnails BLOB", "thumbnail_sizes TEXT", "frames BLOB",
+                   "frame_sizes TEXT"):
         if column.split()[0] not in columns:
             db.execute(f"ALTER TABLE chunks ADD COLUMN {column}")
     return db

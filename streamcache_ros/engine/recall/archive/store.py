@@ -32,6 +32,7 @@ from .index_cache import IndexCache
 from .record import ROW_COLUMNS, ArchivedChunk, EncodedChunk, STORE_DTYPES, key_of, packed_row, row_of, unpack_tensor
 from .spans import span_query, sql_stamp
 from .thumbnails import Thumbnail, frame_near, frames_between
+from .thumbnails import unpack as unpack_thumbnails
 # names the rest of the package (and older callers) read here
 from .sqlite_file import (DAMAGED_COPIES, DB_NAME, LOCK_NAME, NEXT_ID_META, SYNC_MODES, WAL_LIMIT_BYTES,
                           backup_database, check_identity, connect, copy_bytes, damaged_copies, file_size, free_bytes,
@@ -137,8 +138,9 @@ class ArchiveStore:
                 if self._index is not None:
                     self._index.drop(part)
             # the buffer holds what the disk holds (the store's dtype), so a recall is the same from either
-            stored = dataclasses.replace(chunk, embeds=unpack_tensor(row["embeds"], row["embeds_shape"], self.dtype),
-                                         frame_vectors=None, thumbnails=None)  # recall never reads them: not in RAM
+            embeds = None if chunk.needs_encoding else unpack_tensor(row["embeds"], row["embeds_shape"], self.dtype)
+            stored = dataclasses.replace(chunk, embeds=embeds, frame_vectors=None,
+                                         thumbnails=None)  # recall never reads them: not in RAM
             self.buffer.put(chunk_id, stored)
             if self._index is not None:
                 vectors = row["frame_vectors"]
@@ -450,10 +452,14 @@ class ArchiveStore:
             row.chunk = self.buffer.get(row.chunk_id)
             if row.chunk is not None:
                 continue
-            found = self.reader.execute("SELECT embeds, embeds_shape, positions, positions_shape FROM chunks WHERE id = ?",
-                                    (row.chunk_id,)).fetchone()
+            found = self.reader.execute("SELECT embeds, embeds_shape, positions, positions_shape, frames, frame_sizes "
+                                        "FROM chunks WHERE id = ?", (row.chunk_id,)).fetchone()
             if found is None:
                 raise ArchiveError(f"archived chunk {row.chunk_id} is gone (dropped by archive_max_bytes)")
+            if found[4] is not None:  # kept as frames: encoded again by whoever replays it
+                row.chunk = EncodedChunk(row.camera, row.stamps, row.unit_frames, row.tokens_per_unit, None, None,
+                                         frames=unpack_thumbnails(found[4], found[5]))
+                continue
             embeds = unpack_tensor(found[0], found[1], self.dtype)
             positions = unpack_tensor(found[2], found[3], "float32")
             row.chunk = EncodedChunk(row.camera, row.stamps, row.unit_frames, row.tokens_per_unit, embeds, positions)

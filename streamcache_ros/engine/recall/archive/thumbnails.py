@@ -24,6 +24,7 @@ from .spans import span_query
 # few per cent of a 7B model's embeddings an hour, and shows the shapes a person looks for
 DEFAULT_THUMBNAIL_PX = 160
 QUALITY = 75
+FRAME_QUALITY = 95  # archive_content frames: what the vision encoder reads again on a replay
 
 
 @dataclass
@@ -55,6 +56,19 @@ def encode(frame: np.ndarray, longest_px: int, quality: int = QUALITY) -> bytes:
         image = image.resize(size, Image.BILINEAR)
     out = io.BytesIO()
     image.save(out, format="JPEG", quality=quality, optimize=True)
+    return out.getvalue()
+
+
+def encode_at(frame: np.ndarray, height: int, width: int, quality: int = FRAME_QUALITY) -> bytes:
+    """``frame`` resized to exactly ``height`` x ``width`` (as the model's processor resizes it:
+    bicubic) as a JPEG: what the archive keeps of a frame with archive_content frames."""
+    from PIL import Image  # noqa: PLC0415
+
+    image = Image.fromarray(np.ascontiguousarray(frame, dtype=np.uint8)).convert("RGB")
+    if image.size != (width, height):
+        image = image.resize((width, height), Image.BICUBIC)
+    out = io.BytesIO()
+    image.save(out, format="JPEG", quality=quality)
     return out.getvalue()
 
 
