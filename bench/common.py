@@ -36,9 +36,11 @@ def _git(*args: str) -> str:
 
 
 # the code that runs is the code at the start (a commit made while a long benchmark runs is not
-# it); "dirty": the measured code (bench/, streamcache_ros/) differs from that commit
+# it); "dirty": the measured code (bench/, streamcache_ros/) differs from that commit; the results
+# under bench/ are not code (a result rewritten while another benchmark starts is not a dirty tree)
 CODE = {"commit": _git("rev-parse", "--short", "HEAD") or None,
-        "dirty": bool(_git("status", "--porcelain", "--untracked-files=no", "--", "bench", "streamcache_ros"))}
+        "dirty": bool(_git("status", "--porcelain", "--untracked-files=no", "--", "bench", "streamcache_ros",
+                           ":!bench/reported", ":!bench/results", ":!bench/figures"))}
 
 
 def _cpu_name() -> str:
