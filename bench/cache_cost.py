@@ -12,6 +12,10 @@ out by default (``--attention`` runs it too: a GPU job), so what is timed is the
   ``after_prefill`` (frame vectors, STCE insert/evict) and ``after_chunk`` (HERMES: guidance
   projections and attention, scores, selection, summary, re-index; H2SVC: removal of the evicted).
 
+Beside them, once a shape: a chunk's prefill through the decoder (``decoder_prefill.py``: one real
+decoder layer of the shape's widths, random weights, over a bounded cache, times the layers), so each
+compression is also read as a share of it (``--no-prefill`` skips it).
+
 Bytes are ``stats().kv_bytes`` after the chunk is compressed ("held") and before ("peak"), checked
 against the exact formula. Where the full cache would not fit in memory it is not run past that
 length; its bytes there come from the formula and are labelled ``computed``.
@@ -34,6 +38,7 @@ import tempfile
 import time
 
 import common
+import decoder_prefill
 import torch
 
 from streamcache_ros.engine.adapters import ADAPTERS
@@ -67,6 +72,7 @@ class Shape:
     dtype: str
     t_stride: float = 1.0  # M-RoPE: t advance per unit
     rope_theta: float = 1e6
+    intermediate: int = 18944  # the decoder's MLP width (both 7B decoders): the prefill's measure
 
     @property
     def unit_tokens(self) -> int:
@@ -90,7 +96,7 @@ def shrink(shape: Shape, layers: int, head_dim: int, grid: int) -> Shape:
     """The same model family at toy sizes (smoke tests)."""
     section = None if shape.mrope_section is None else (head_dim // 8, 3 * head_dim // 16, 3 * head_dim // 16)
     return dataclasses.replace(shape, layers=layers, head_dim=head_dim, hidden=4 * head_dim, mrope_section=section,
-                               unit_grid=(grid, grid))
+                               unit_grid=(grid, grid), intermediate=8 * head_dim)
 
 
 def geometry(shape: Shape, device: torch.device) -> CacheGeometry:
@@ -318,9 +324,23 @@ def lock_step(streams: dict, checkpoints=()) -> dict[str, list[dict]]:
     return records
 
 
+def measure_prefill(shape: Shape, args, device: torch.device, chunk_tokens: int) -> dict:
+    """A chunk's prefill through the decoder at this shape, over a bounded policy's cache (the FIFO
+    budget and the system prompt): the measure a compression is a share of. On a CPU in bfloat16,
+    the fastest dtype a CPU runs it in (float16 there is a slow path, 6x here); on a GPU the shape's."""
+    dtype = DTYPES[shape.dtype] if device.type == "cuda" else torch.bfloat16
+    held = args.fifo_budget + shape.prefix_tokens
+    measured = decoder_prefill.chunk_prefill_ms(shape, chunk_tokens, held, shape.intermediate, dtype, device,
+                                                seed=args.seed)
+    print(f"# {shape.name}: a chunk's prefill ({chunk_tokens} tokens over {held}) {measured['prefill_ms']:.0f} ms "
+          f"({measured['layers']} x {min(measured['layer_ms']):.0f} ms, {measured['dtype']})", flush=True)
+    return measured
+
+
 def summarize(shape: Shape, variant: Variant, records: list[dict], checkpoints: list[int], chunk_frames: int,
-              bank_heads) -> list[dict]:
-    """One row per checkpoint: bytes at that chunk, times as medians over the chunks since the last one."""
+              bank_heads, prefill: dict | None = None) -> list[dict]:
+    """One row per checkpoint: bytes at that chunk, times as medians over the chunks since the last one,
+    the compression as a share of ``prefill`` (a chunk's, measured once for the shape) where given."""
     rows, previous = [], 0
     by_frames = {r["frames"]: r for r in records}
     for frames in checkpoints:
@@ -338,6 +358,8 @@ def summarize(shape: Shape, variant: Variant, records: list[dict], checkpoints: 
                        compress_ms=common.median(r["compress_ms"] for r in window),
                        reindex_chunks=sum(r["reindexed"] for r in window),
                        formula_ok=record["held_bytes"] == held_f and record["peak_bytes"] == peak_f)
+            if prefill and row["compress_ms"] is not None:
+                row["compress_share_of_prefill"] = row["compress_ms"] / prefill["prefill_ms"]
         rows.append(row)
         previous = frames
     return rows
@@ -404,10 +426,13 @@ def report(rows: list[dict], device_label: str, attention: bool = False) -> str:
     for row in rows:
         row["held"] = common.human_bytes(row["held_bytes"]) + (" (computed)" if row["source"] == "computed" else "")
         row["peak"] = common.human_bytes(row["peak_bytes"])
+        share = row.get("compress_share_of_prefill")
+        row["share"] = "" if share is None else f"{100 * share:.2f}%"
     work = "prefill (store + attention)" if attention else "store"
     return common.table(rows, [("model", "model"), ("policy", "policy"), ("frames", "frames"), ("held", "KV held"),
                                ("peak", "KV peak (in chunk)"), ("append_ms", f"{work} ms/chunk ({device_label})"),
-                               ("compress_ms", f"compress ms/chunk ({device_label})"), ("formula_ok", "= formula")])
+                               ("compress_ms", f"compress ms/chunk ({device_label})"),
+                               ("share", "compress / a chunk's prefill"), ("formula_ok", "= formula")])
 
 
 def replot(path: pathlib.Path) -> None:
@@ -440,6 +465,8 @@ def main(argv=None) -> None:
     parser.add_argument("--memory-fraction", type=float, default=0.3,
                         help="run the full cache only while it fits in this part of the free memory")
     parser.add_argument("--full-max-frames", type=int, default=0, help="and no further than this (0: no limit)")
+    parser.add_argument("--no-prefill", action="store_true",
+                        help="skip the measure of a chunk's prefill through one real decoder layer of the shape")
     parser.add_argument("--tiny", action="store_true", help="toy sizes (4 layers, head_dim 16, 3x3 units): smoke test")
     parser.add_argument("--name", default="cache_cost", help="base name of the JSON / PNG")
     parser.add_argument("--seed", type=int, default=0)
@@ -470,6 +497,8 @@ def main(argv=None) -> None:
             notes[name] = {"shape": dataclasses.asdict(shape), "h2svc_bank_heads": bank_heads,
                            "full_measured_up_to_frames": full_limit, "chunk_tokens":
                            args.chunk_frames // shape.frames_per_unit * shape.unit_tokens}
+            if not args.no_prefill:
+                notes[name]["prefill"] = measure_prefill(shape, args, device, notes[name]["chunk_tokens"])
             chosen = variants(args, head_map)
             limits = {v.label: full_limit if v.policy == "full" else checkpoints[-1] for v in chosen}
             print(f"# {name}: " + ", ".join(f"{label} to {n} frames" for label, n in limits.items()), flush=True)
@@ -478,7 +507,8 @@ def main(argv=None) -> None:
                                     checkpoints)
             for variant in chosen:
                 per_chunk[f"{name}/{variant.label}"] = records[variant.label]
-                rows += summarize(shape, variant, records[variant.label], checkpoints, args.chunk_frames, bank_heads)
+                rows += summarize(shape, variant, records[variant.label], checkpoints, args.chunk_frames, bank_heads,
+                                  notes[name].get("prefill"))
             if device.type == "cuda":
                 torch.cuda.empty_cache()
     label = "GPU" if device.type == "cuda" else "CPU"

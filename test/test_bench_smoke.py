@@ -42,6 +42,8 @@ def test_cache_cost_sizes_follow_the_policies(tmp_path):
         if row["source"] == "measured":
             assert row["formula_ok"], row
             assert row["append_ms"] is not None and row["compress_ms"] is not None
+            assert row["compress_share_of_prefill"] == row["compress_ms"] / \
+                data["models"][row["model"]]["prefill"]["prefill_ms"]
     for model in ("llava_onevision-7b", "qwen2_5_vl-7b"):
         def held(policy):
             return [r["held_bytes"] for r in rows if r["model"] == model and r["policy"] == policy]
@@ -54,6 +56,10 @@ def test_cache_cost_sizes_follow_the_policies(tmp_path):
             assert len(set(held(policy)[2:])) == 1, (model, policy, held(policy))
             assert held(policy)[-1] < full[-1]
     assert len(data["per_chunk"]["llava_onevision-7b/hermes-40"]) == 4
+    for model in data["models"].values():  # a chunk's prefill: one real decoder layer timed, times the layers
+        prefill = model["prefill"]
+        assert prefill["chunk_tokens"] == model["chunk_tokens"] and prefill["layers"] == 4
+        assert prefill["prefill_ms"] == min(prefill["layer_ms"]) * 4 > 0
     png = tmp_path / "cache_cost.png"
     import matplotlib  # noqa: F401, PLC0415 - in requirements.txt: missing, the set-up is broken (a failure, not a skip)
     assert png.stat().st_size > 0
