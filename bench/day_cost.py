@@ -14,7 +14,8 @@ working memory answers it, archive or not), a plain ask (a replay of the first, 
 best-ranked chunks), "did you see" (retrieved, then verified), `when` last and
 first for an identity seen (the index, then one-chunk replays: `when` at its best) and for one the
 stream never showed (three are kept out: `when` at its worst, never true), a `timeline` over an
-hour. The answers are not scored (the copies repeat one hour's truth).
+hour. The answers are not scored (the copies repeat one hour's truth). A plain ask's time is then
+taken apart: the scratch memory a replay is prefilled into, one chunk's prefill, how many it holds.
 """
 from __future__ import annotations
 
@@ -45,6 +46,23 @@ def timed(call, times: int = 5) -> float:
         call()
         spent.append((time.perf_counter() - started) * 1e3)
     return statistics.median(spent)
+
+
+def plain_ask_parts(session, question: str, options: list[str]) -> dict:
+    """Where a plain ask over a replay spends its time (docs/archive.md "Recall"): the scratch memory
+    made (a full cache, its system prompt prefilled), one archived chunk prefilled into it (the
+    newest; each costs about the same), the chunks the replay holds, and what is left: the ranking,
+    the reads and the question asked of the replay."""
+    tier = session.memory
+    reply = session.ask(question, options)
+    made = timed(tier.make_scratch)
+    (row,) = tier.archive.load(tier.archive.rows()[-1:])[0]
+
+    def one_chunk():
+        tier.make_scratch().take_in(row.chunk)
+    chunk = timed(one_chunk) - made
+    return {"chunks_replayed": int(reply.recalled_chunks), "scratch_memory_ms": round(made, 1),
+            "a_chunk_ms": round(chunk, 1)}
 
 
 def main(argv=None) -> int:
@@ -106,6 +124,10 @@ def main(argv=None) -> int:
             "timeline over an hour": timed(lambda: session.when(probe, "timeline", since=20 * HOUR, until=21 * HOUR)),
         }
         found = session.when(probe, "last")
+        parts = plain_ask_parts(session, "What color was the first object you saw?", colours)
+        parts["rest_ms"] = round(costs["plain ask (replay)"] - parts["scratch_memory_ms"]
+                                 - parts["chunks_replayed"] * parts["a_chunk_ms"], 1)
+        parts["in_asks"] = {k.removesuffix("_ms"): round(v / one_ask, 2) for k, v in parts.items() if k.endswith("_ms")}
         if args.profile:  # where a day's question spends its time
             import cProfile  # noqa: PLC0415
             import pstats  # noqa: PLC0415
@@ -123,9 +145,12 @@ def main(argv=None) -> int:
               "ms": {k: round(v, 1) for k, v in costs.items()},
               "multiple_of_one_ask": {k: round(v / one_ask, 2) for k, v in costs.items()},
               "when_last": {"found_by": found.found_by, "recalled_chunks": found.recalled_chunks,
-                            "frames_in_window": found.frames_in_window}}
+                            "frames_in_window": found.frames_in_window},
+              "plain_ask_parts": parts}
     for k, v in costs.items():
         print(f"{k:24s} {v:8.1f} ms  {v / one_ask:6.2f} x one ask ({one_ask:.1f} ms)")
+    print(f"a plain ask: a scratch memory {parts['scratch_memory_ms']} ms + {parts['chunks_replayed']} chunks x "
+          f"{parts['a_chunk_ms']} ms + the rest {parts['rest_ms']} ms")
     path = write_json(f"day_cost-{args.model}", {"model": PARAMS["model_path"], "policy": "hermes", **result}, args.out)
     print(f"wrote {path}")
     return 0
