@@ -16,9 +16,13 @@ first for an identity seen (the index, then one-chunk replays: `when` at its bes
 stream never showed (three are kept out: `when` at its worst, never true), a `timeline` over an
 hour. The answers are not scored (the copies repeat one hour's truth). A plain ask's time is then
 taken apart: the scratch memory a replay is prefilled into, one chunk's prefill, how many it holds.
+And `when` at its worst, at the hour and at the day: never true, its index misled into proposing
+chunks of an identity that is there, so every candidate is replayed and refused and the walk goes on
+to its bound.
 """
 from __future__ import annotations
 
+import contextlib
 import pathlib
 import shutil
 import statistics
@@ -46,6 +50,31 @@ def timed(call, times: int = 5) -> float:
         call()
         spent.append((time.perf_counter() - started) * 1e3)
     return statistics.median(spent)
+
+
+@contextlib.contextmanager
+def misleading_index(session, shown: str):
+    """The index's text side reads every question as ``shown``: its candidates are then chunks that
+    show something else, each replayed and refused by the model, and past them the window is walked
+    as far as ``when_walk_chunks`` allows: a `when` at its worst (docs/archive.md "When with the index")."""
+    encoder = session.memory.encoder
+    real = encoder.embed_text
+    encoder.embed_text = lambda _text: real(shown)
+    try:
+        yield
+    finally:
+        del encoder.embed_text
+
+
+def worst_when(session, probe: str, never: str, one_ask: float) -> dict:
+    """A never-true `when` (last) whose index proposes chunks of another identity: every candidate
+    verified and refused, then the walk; its cost in asks and what the reply says of it."""
+    with misleading_index(session, probe):
+        ms = timed(lambda: session.when(never, "last"))
+        reply = session.when(never, "last")
+    return {"ms": round(ms, 1), "asks": round(ms / one_ask, 2), "found": reply.found, "found_by": reply.found_by,
+            "index_candidates": reply.index_candidates, "recalled_chunks": reply.recalled_chunks,
+            "search_complete": reply.search_complete}
 
 
 def plain_ask_parts(session, question: str, options: list[str]) -> dict:
@@ -82,6 +111,12 @@ def main(argv=None) -> int:
         for i in range(HOUR):
             hour.add_frame(stream.frame(i), stream.stamp(i))
         hour.flush()
+        seen = next(v.identity for views in stream.truth[HOUR - 200:HOUR] for v in views)
+        probe = world.SEEN_PROBE.format(shape=seen[0], colour=seen[1])
+        never = world.SEEN_PROBE.format(shape=absent[0][0], colour=absent[0][1])
+        with working_memory_only(hour):
+            hour_ask = timed(lambda: hour.ask("How many objects are in view now?", ["0", "1", "2"]))
+        worst = {"hour": worst_when(hour, probe, never, hour_ask)}
         identity = {"model_id": hour.adapter.model_id, "config_hash": hour.adapter.config_hash}
         source = hour.memory.archive.store
         rows = source.rows(with_keys=True)
@@ -106,9 +141,6 @@ def main(argv=None) -> int:
             session.add_frame(stream.frame(i), stream.stamp(i) + 23 * HOUR)
         session.flush()
         chunks = session.status().archive.chunks
-        seen = next(v.identity for views in stream.truth[HOUR - 200:HOUR] for v in views)
-        probe = world.SEEN_PROBE.format(shape=seen[0], colour=seen[1])
-        never = world.SEEN_PROBE.format(shape=absent[0][0], colour=absent[0][1])
         with working_memory_only(session):
             one_ask = timed(lambda: session.ask("How many objects are in view now?", ["0", "1", "2"]))
         colours = list(world.COLOUR_NAMES)
@@ -124,6 +156,7 @@ def main(argv=None) -> int:
             "timeline over an hour": timed(lambda: session.when(probe, "timeline", since=20 * HOUR, until=21 * HOUR)),
         }
         found = session.when(probe, "last")
+        worst["day"] = worst_when(session, probe, never, one_ask)
         parts = plain_ask_parts(session, "What color was the first object you saw?", colours)
         parts["rest_ms"] = round(costs["plain ask (replay)"] - parts["scratch_memory_ms"]
                                  - parts["chunks_replayed"] * parts["a_chunk_ms"], 1)
@@ -146,9 +179,12 @@ def main(argv=None) -> int:
               "multiple_of_one_ask": {k: round(v / one_ask, 2) for k, v in costs.items()},
               "when_last": {"found_by": found.found_by, "recalled_chunks": found.recalled_chunks,
                             "frames_in_window": found.frames_in_window},
-              "plain_ask_parts": parts}
+              "plain_ask_parts": parts, "when_every_candidate_fails": worst}
     for k, v in costs.items():
         print(f"{k:24s} {v:8.1f} ms  {v / one_ask:6.2f} x one ask ({one_ask:.1f} ms)")
+    for where, w in worst.items():
+        print(f"when, every candidate refused, {where}: {w['asks']} asks ({w['index_candidates']} candidates, "
+              f"{w['recalled_chunks']} chunks replayed, complete {w['search_complete']}, {w['found_by']})")
     print(f"a plain ask: a scratch memory {parts['scratch_memory_ms']} ms + {parts['chunks_replayed']} chunks x "
           f"{parts['a_chunk_ms']} ms + the rest {parts['rest_ms']} ms")
     path = write_json(f"day_cost-{args.model}", {"model": PARAMS["model_path"], "policy": "hermes", **result}, args.out)
