@@ -10,8 +10,8 @@ written 24 times into a second archive, each copy 3 600 s later (payloads, keys 
 they were), which is what a day's archive holds for a question's cost: 10 800 chunks, 86 400
 indexed frames. A session restarted on it takes 64 more frames, then each question is timed 5
 times: one ask on the working memory (the archive set aside: the unit), a question about now (the
-working memory answers it, archive or not), a plain ask (a replay of the first, newest and
-best-ranked chunks), "did you see" (retrieved, then verified), `when` last and
+working memory answers it, archive or not), a question about the beginning (a replay of the first
+chunk), another plain ask (a replay of the first, newest and best-ranked chunks), "did you see" (retrieved, then verified), `when` last and
 first for an identity seen (the index, then one-chunk replays: `when` at its best) and for one the
 stream never showed (three are kept out: `when` at its worst, never true), a `timeline` over an
 hour. The answers are not scored (the copies repeat one hour's truth). A plain ask's time is then
@@ -40,6 +40,8 @@ from streamcache_ros.engine import build_session  # noqa: E402
 from streamcache_ros.engine.recall.archive import ArchiveStore  # noqa: E402
 
 SEED = 510_000_000
+ABOUT_FIRST = "What color was the first object you saw?"  # the first chunk alone (docs/archive.md "Recall")
+PLAIN = "What color was the object you saw?"  # the first, the best-ranked and the newest chunks
 HOUR = 3600
 
 
@@ -146,7 +148,8 @@ def main(argv=None) -> int:
         colours = list(world.COLOUR_NAMES)
         costs = {
             "a question about now": timed(lambda: session.ask("How many objects are in view now?", ["0", "1", "2"])),
-            "plain ask (replay)": timed(lambda: session.ask("What color was the first object you saw?", colours)),
+            "a question about the beginning": timed(lambda: session.ask(ABOUT_FIRST, colours)),
+            "plain ask (replay)": timed(lambda: session.ask(PLAIN, colours)),
             "did you see (verified)": timed(lambda: session.ask(probe, ["yes", "no"])),
             "did you see, never true": timed(lambda: session.ask(never, ["yes", "no"])),
             "when last": timed(lambda: session.when(probe, "last")),
@@ -157,7 +160,7 @@ def main(argv=None) -> int:
         }
         found = session.when(probe, "last")
         worst["day"] = worst_when(session, probe, never, one_ask)
-        parts = plain_ask_parts(session, "What color was the first object you saw?", colours)
+        parts = plain_ask_parts(session, PLAIN, colours)
         parts["rest_ms"] = round(costs["plain ask (replay)"] - parts["scratch_memory_ms"]
                                  - parts["chunks_replayed"] * parts["a_chunk_ms"], 1)
         parts["in_asks"] = {k.removesuffix("_ms"): round(v / one_ask, 2) for k, v in parts.items() if k.endswith("_ms")}

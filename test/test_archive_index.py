@@ -211,3 +211,28 @@ def test_a_plain_questions_plan_from_the_index_arrays_is_the_plan_over_every_row
         assert [r.chunk_id for r in replayed] == [r.chunk_id for r in want_replayed]
         assert [r.chunk_id for r in recalled] == [r.chunk_id for r in want_recalled]
     store.close()
+
+
+def test_a_question_about_the_beginning_reads_each_cameras_first_chunk(tmp_path):
+    """"the first object" reads each camera's first chunk alone (docs/archive.md "Recall"), whole,
+    in time order, whatever the ids; a `when` "first" and other questions are not that rule's."""
+    from streamcache_ros.engine.questions.checks import FIRST_WORDS
+    from streamcache_ros.engine.recall.archive import Archive, ArchiveSettings
+
+    store = ArchiveStore.open(tmp_path, IDENTITY, dtype="float32")
+    store.append(chunk([10.0, 11.0], camera="rear"))
+    for k in range(6):
+        store.append(chunk([2.0 * k, 2.0 * k + 1], camera="front"))
+    store.append(chunk([12.0, 13.0], camera="rear"))
+    archive = Archive(ArchiveSettings(str(tmp_path)), store)
+    assert [(r.camera, r.stamps) for r in archive.first_chunks()] == [("front", [0.0, 1.0]), ("rear", [10.0, 11.0])]
+    assert [(r.camera, r.stamps) for r in archive.first_chunks("rear")] == [("rear", [10.0, 11.0])]
+    assert all(r.chunk is None for r in archive.first_chunks())  # payloads are read at the replay
+    assert archive.first_chunks("side") == []
+    store.close()
+    for question in ("What color was the first object you saw?", "What shape was the earliest thing you saw?",
+                     "What was in view at the start?"):
+        assert FIRST_WORDS.search(question), question
+    for question in ("When did you first see a red circle?", "What color was the object you saw?",
+                     "Which came first, the circle or the square?"):
+        assert not FIRST_WORDS.search(question), question

@@ -75,7 +75,8 @@ def test_a_window_the_working_memory_holds_whole_is_not_recalled(stream, tmp_pat
 def test_a_question_without_a_window_recalls_the_first_and_the_relevant_chunks(stream, tmp_path):
     session = archived_session("qwen2_5_vl", tmp_path, recall_chunks=3)
     feed(session, stream, range(FRAMES))
-    answer = session.ask("What color was the first object you saw?", list(world.COLOUR_NAMES[:4]))
+    # a question not about the beginning (that one reads the first chunk alone) nor about now
+    answer = session.ask("What color was the object you saw?", list(world.COLOUR_NAMES[:4]))
     # the first chunk, three recalled for relevance, the two newest
     assert answer.recalled_chunks == 6 and answer.frames_in_memory == 6 * 8
     assert answer.oldest_stamp == 0.0 and answer.newest_stamp == FRAMES - 1
@@ -83,7 +84,7 @@ def test_a_question_without_a_window_recalls_the_first_and_the_relevant_chunks(s
     # chunk and the newest two, as the archive reaches past the working memory
     none = archived_session("qwen2_5_vl", tmp_path / "off", recall_chunks=0)
     feed(none, stream, range(FRAMES))
-    plain = none.ask("What color was the first object you saw?", list(world.COLOUR_NAMES[:4]))
+    plain = none.ask("What color was the object you saw?", list(world.COLOUR_NAMES[:4]))
     assert plain.recalled_chunks == 3 and plain.oldest_stamp == 0.0
     session.close_archive(), none.close_archive()
 
@@ -229,15 +230,48 @@ def test_parts_that_cannot_be_made_whole_stay_as_they_are(stream, tmp_path):
 
 def test_a_question_about_now_reads_the_working_memory_and_one_about_the_past_the_archive(stream, tmp_path):
     """"How many objects are in view now?" with no window is answered by the working memory, which
-    always holds the newest frames whole, however far the archive reaches; "first" needs the
-    archive's first chunk; after a restart on the archive (the working memory empty) "now" replays."""
+    always holds the newest frames whole, however far the archive reaches; "the first object" reads
+    the archive's first chunk alone, as a short stream of it answers; another question replays more;
+    after a restart on the archive (the working memory empty) "now" replays."""
     session = archived_session("qwen2_5_vl", tmp_path)
     feed(session, stream, range(FRAMES))  # the archive reaches far past the working memory
     now = session.ask("How many objects are in view now?", ["0", "1", "2"])
     assert now.recalled_chunks == 0 and now.newest_stamp == stream.stamp(FRAMES - 1)
     first = session.ask("What color was the first object you saw?", list(world.COLOUR_NAMES))
-    assert first.recalled_chunks >= 1
+    assert first.recalled_chunks == 1 and first.oldest_stamp == stream.stamp(0)  # the first chunk alone
+    short = build_session({"model_path": model("qwen2_5_vl"), "policy": "full"})
+    feed(short, stream, range(8))  # the same chunk as a short stream: the same answer
+    direct = short.ask("What color was the first object you saw?", list(world.COLOUR_NAMES))
+    assert first.option_index == direct.option_index
+    np.testing.assert_allclose(first.option_probabilities, direct.option_probabilities, atol=1e-4)
+    other = session.ask("What color was the object you saw?", list(world.COLOUR_NAMES))
+    assert other.recalled_chunks >= 3  # the first, the best-ranked and the newest chunks
     session.close_archive()
     restarted = archived_session("qwen2_5_vl", tmp_path)
     assert restarted.ask("How many objects are in view now?", ["0", "1", "2"]).recalled_chunks >= 1
     restarted.close_archive()
+
+
+def _same_state(a, b) -> bool:
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(_same_state(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):
+        return len(a) == len(b) and all(_same_state(x, y) for x, y in zip(a, b))
+    if hasattr(a, "shape"):
+        return a.shape == b.shape and bool((a == b).all())
+    return a == b
+
+
+def test_a_replays_scratch_memory_starts_from_a_copy_of_its_system_prompt(stream):
+    """The scratch memory a replay is prefilled into holds the system prompt's KV; the first one
+    prefills it, the next ones start from a copy (recall/scratch.py), bit for bit the same, and a
+    chunk taken into one changes neither the copy nor the others."""
+    session = build_session({"model_path": model("qwen2_5_vl"), "policy": "uniform", "budget_tokens": 48})
+    first, second = session.memory.make_scratch(), session.memory.make_scratch()
+    assert first._prefix_state is None and second._prefix_state is not None
+    prompt = first.policy.state_dict()
+    assert _same_state(prompt, second.policy.state_dict())
+    feed(second, stream, range(8))
+    assert second.status().frames_in_memory == 8
+    assert _same_state(prompt, session.memory.make_scratch().policy.state_dict())
+    assert _same_state(prompt, first.policy.state_dict())

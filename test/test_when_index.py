@@ -117,8 +117,7 @@ def test_an_archive_without_an_index_is_walked_and_says_so(stream, tmp_path):
 
 
 def test_a_plain_question_recalls_the_chunks_the_index_ranks_best(indexed, stream):
-    answer = indexed.ask("What color was the first object you saw?", ["red", "green", "blue", "yellow",
-                                                                      "white", "purple"])
+    answer = indexed.ask("What color was the object you saw?", ["red", "green", "blue", "yellow", "white", "purple"])
     assert answer.recalled_chunks >= 3  # the first chunk, the newest two, and the relevant ones
     assert answer.found_by == ""  # not a "did you see": the model answers over the replay
 

@@ -5,13 +5,12 @@
     session.add_frame(rgb, stamp=12.5, camera="/camera/image_raw")
     answer = session.ask("what is on the table?")
 
-The Session is a face: it holds the lock and the frames waiting for their chunk, and hands every
-decision to the part that owns it (docs/architecture.md): ingest/pipeline.py how a chunk runs,
-memory/ledger.py what is in memory, recall/tier.py what a question reads (the working memory or a
-replay of archived chunks) and how far back its answer reaches, questions/desk.py how a question is
-checked, refused, answered and booked, memory/snapshots.py the files, parameters.py what a running
-stream may take. A question is prefilled and decoded from the cache, then its tokens are truncated
-away again, so memory stays bounded and the cache is what it was. No ROS here.
+The Session is a face: it holds the lock and the frames waiting for their chunk, and hands every decision
+to the part that owns it (docs/architecture.md): ingest/pipeline.py how a chunk runs, memory/ledger.py
+what is in memory, recall/tier.py what a question reads (the working memory or a replay of archived
+chunks) and how far back its answer reaches, questions/desk.py how a question is checked, refused,
+answered and booked, memory/snapshots.py the files, parameters.py what a running stream may take. A
+question's tokens are truncated away after it, so the cache is what it was. No ROS here.
 """
 from __future__ import annotations
 
@@ -34,6 +33,7 @@ from .questions.answering import QuestionRunner
 from .questions.desk import QuestionDesk
 from .questions.turns import TurnLock
 from .recall.archive import Archive, ArchiveSettings, EncodedChunk
+from .recall.scratch import ScratchMemories
 from .recall.tier import MemoryTier
 from .status import (Answer, ArchiveStatus, CacheSummary, ChunkReport, DeviceMemory, EngineInfo, EvidenceFrame,
                      MemoryReset, MemoryTimeline, SessionStatus, WatchAnswer, WhenAnswer, process_rss_bytes)
@@ -45,8 +45,9 @@ __all__ = ["Session", "SessionConfig"]
 class Session:
     """One visual memory over one model; thread-safe (one lock around the model and the cache)."""
 
-    def __init__(self, adapter: ModelAdapter, policy: CachePolicy, config: SessionConfig | None = None):
-        self.adapter = adapter
+    def __init__(self, adapter: ModelAdapter, policy: CachePolicy, config: SessionConfig | None = None,
+                 prefix_state: dict | None = None):
+        self.adapter, self._prefix_state = adapter, prefix_state  # a scratch's system prompt KV, copied
         self.policy = policy
         self.config = config or SessionConfig()
         self.ledger = UnitLedger(SUMMARY_UNIT)
@@ -57,7 +58,9 @@ class Session:
         if wrong:
             raise ConfigError("evidence_layers", f"{wrong} are not layers of this model (0..{layers - 1})")
         # a replay of archived chunks is prefilled into a scratch Session over a full cache
-        self.memory = MemoryTier(adapter, policy, self.ledger, lambda: Session(adapter, make_policy("full"), self.config))
+        scratch = ScratchMemories(lambda state: Session(adapter, make_policy("full"), self.config, state),
+                                  lambda: adapter.prefix_ids)
+        self.memory = MemoryTier(adapter, policy, self.ledger, scratch)
         self.chunks = ChunkPipeline(adapter, policy, self.ledger, self.config, keep=self.memory.keep,
                                     index_frames=self.memory.index_frames,
                                     thumbnail_frames=self.memory.thumbnail_frames)
@@ -99,6 +102,8 @@ class Session:
         self.desk.clear()
         self.chunks.clear()
         self.policy.reset()
+        if self._prefix_state is not None:  # a replay's scratch: its system prompt as the first one's
+            return self.policy.load_state_dict(self._prefix_state)
         ids = self.adapter.prefix_ids
         self.policy.ensure_room(len(ids))
         self.adapter.forward(self.adapter.embed_text(ids), self.adapter.text_tokens(len(ids), PREFIX_UNIT),
@@ -113,10 +118,9 @@ class Session:
 
     # -- the archive tier -------------------------------------------------------------------------
     def attach_archive(self, archive: Archive, key_layers: tuple[int, ...] = (), encoder=None) -> None:
-        """From now on every chunk also goes to ``archive``, and questions that reach past the
-        working memory are answered from it (recall/tier.py; docs/archive.md). ``key_layers``: the
-        layers of the retrieval keys (default: the evidence layers); ``encoder``: the index's dual
-        encoder (recall/index/), None for none."""
+        """From now on every chunk also goes to ``archive``, and questions that reach past the working memory
+        are answered from it (recall/tier.py; docs/archive.md). ``key_layers``: the layers of the retrieval
+        keys (default: the evidence layers); ``encoder``: the index's dual encoder (recall/index/), or None."""
         with self._cache_lock:
             self.memory.attach(archive, tuple(key_layers) or tuple(self.evidence_layers), encoder)
             self.chunks.key_layers = self.memory.key_layers
@@ -150,8 +154,7 @@ class Session:
 
     def close_archive(self) -> None:
         with self._cache_lock:
-            archive = self.memory.detach()
-            self.chunks.key_layers = ()
+            archive, self.chunks.key_layers = self.memory.detach(), ()
             if archive is not None:
                 archive.close()
 
@@ -285,11 +288,10 @@ class Session:
     # -- runtime tuning (parameters.py) -------------------------------------------------------------
     def tune(self, max_new_tokens: int | None = None, sample_fps: float | None = None,
              budget_tokens: int | None = None) -> None:
-        """Change what may change while the stream runs (docs/interfaces.md, "Changing parameters at
-        runtime"); a ConfigError changes nothing. ``sample_fps``: the frames waiting for their chunk
-        are encoded first, at the old rate (a partial chunk), so that every chunk's time stride
-        (Qwen2.5-VL's M-RoPE t) matches its own frames' spacing. ``budget_tokens``: the next chunk's
-        compression brings the cache to it."""
+        """Change what may change while the stream runs (docs/interfaces.md, "Changing parameters at runtime");
+        a ConfigError changes nothing. ``sample_fps``: the frames waiting for their chunk are encoded first, at
+        the old rate (a partial chunk), so that every chunk's time stride (Qwen2.5-VL's M-RoPE t) matches its
+        own frames' spacing. ``budget_tokens``: the next chunk's compression brings the cache to it."""
         changes = {"max_new_tokens": max_new_tokens, "sample_fps": sample_fps, "budget_tokens": budget_tokens}
         for name, value in changes.items():
             if value is not None:

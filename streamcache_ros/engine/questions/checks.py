@@ -96,6 +96,11 @@ IMAGE_SEGMENTS = frozenset({"image_raw", "image", "image_rect", "image_color", "
                             "compressed", "color", "rgb"})
 # Words that make a question about what the cameras show now (docs/interfaces.md "Cameras by name")
 NOW_WORDS = re.compile(r"\b(now|currently|at the moment|at present|right now)\b", re.IGNORECASE)
+# a question about the stream's beginning (docs/archive.md "Recall"): "first" before an object's
+# name ("the first object", "the first thing"), or the start itself; not "first" as a when ("when
+# did you first see"), which the `when` search answers
+FIRST_WORDS = re.compile(r"\b(the (first|earliest) (object|thing|shape|one)|at the (start|beginning)|"
+                         r"in the beginning)\b", re.IGNORECASE)
 
 
 def short_camera_name(topic: str) -> str:

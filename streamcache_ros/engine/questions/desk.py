@@ -87,8 +87,9 @@ class QuestionDesk:
             return self._ask_seen(question, options, camera, since, until, evidence_k, on_text, free_text, started)
         with self.lock.question():
             seen = self._select(camera, window, len(ids), budget)
-            replay = self.tier.plan_ask(ids, camera, window, seen.clock, question,
-                                        about_now=bool(checks.NOW_WORDS.search(question)))
+            about_now = bool(checks.NOW_WORDS.search(question))
+            replay = self.tier.plan_ask(ids, camera, window, seen.clock, question, about_now=about_now,
+                                        about_first=not about_now and bool(checks.FIRST_WORDS.search(question)))
             if replay is None and not seen.units:
                 self.ledger.visible(camera, window)  # refuses, as without an archive
             if replay is None:

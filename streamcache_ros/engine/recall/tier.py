@@ -238,11 +238,12 @@ class MemoryTier:
 
     # -- planning a question -----------------------------------------------------------------------
     def plan_ask(self, ids: list[int], camera: str, window: Window | None, clock: int | None,
-                 question: str = "", about_now: bool = False) -> Replay | None:
-        """The replay a question needs, or None when the working memory answers it. ``about_now``: a
-        question about what the cameras show now, with no window, reads the working memory, which
-        always holds the newest frames whole; a replay of the day would cost it several asks
-        (docs/archive.md "Recall")."""
+                 question: str = "", about_now: bool = False, about_first: bool = False) -> Replay | None:
+        """The replay a question needs, or None when the working memory answers it. With no window,
+        what it reads is chosen by what it asks (docs/archive.md "Recall"): ``about_now``, what the
+        cameras show now, reads the working memory, which always holds the newest frames whole;
+        ``about_first``, the stream's beginning, replays each camera's first chunk alone; the rest
+        replay the first, the best-ranked and the newest chunks."""
         if self.archive is None:
             return None
         whole_since = self.whole_since(camera)
@@ -258,6 +259,8 @@ class MemoryTier:
         empty = not self.sees(camera, None)
         if not empty and (about_now or not self._archive_reaches(Window(), camera, whole_since)):
             return None
+        if about_first:
+            return self._replay(self.archive.first_chunks(camera), recalled=0)
         rows, recalled = self.archive.for_question(camera=camera, before=whole_since,
                                                    **self._ranking(ids, clock, question, camera, Window()))
         if empty or recalled or any(r.pinned for r in rows):

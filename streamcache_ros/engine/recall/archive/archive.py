@@ -177,6 +177,17 @@ class Archive:
         whole = {row.chunk_id: row for row in self.store.complete(replayed)}
         return [whole[row.chunk_id] for row in replayed], [whole[row.chunk_id] for row in recalled]
 
+    def first_chunks(self, camera: str = "") -> list[ArchivedChunk]:
+        """Each camera's first chunk (``camera``'s alone where given), whole, in time order: all a
+        question about the stream's beginning replays (docs/archive.md "Recall")."""
+        ids, cameras, firsts, lasts, pinned = self.store.chunk_table(camera)
+        rows = []
+        for name in sorted(set(cameras.tolist())):
+            i = int(np.flatnonzero(cameras == name)[0])
+            rows.append(ArchivedChunk(int(ids[i]), str(cameras[i]), float(firsts[i]), float(lasts[i]), [], [], 0,
+                                      pinned=bool(pinned[i])))
+        return sorted(self.store.complete(rows), key=lambda row: (row.first_stamp, row.chunk_id))
+
     def _plan_candidates(self, camera: str, before: float, chunk_scores: dict[int, float]) -> list[ArchivedChunk]:
         """The few rows ``question_plan`` can choose from, a day's ranking done on arrays: each
         camera's first and newest chunks, the pinned ones, and the best-ranked older ones (enough to

@@ -5,7 +5,8 @@
   most relevant of the rest fill it.
 - A question with no window: the first chunk of each camera (pinned: "first" questions need the
   stream's beginning), the ``recall_chunks`` most relevant of the older chunks, and the newest
-  ``recent_chunks`` of each camera ("now" is read there), in time order.
+  ``recent_chunks`` of each camera ("now" is read there), in time order. (A question about the
+  beginning reads the first chunks alone, ``Archive.first_chunks``; one about now, the working memory.)
 """
 from __future__ import annotations
 
