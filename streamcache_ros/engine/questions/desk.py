@@ -161,9 +161,7 @@ class QuestionDesk:
                          if abs(s - found.stamp) > 1e-6][:evidence_k - 1]
         oldest, newest = self.tier.span(camera, window)
         with self.lock.question():
-            self.history.append(Exchange(question, options[index], options))
-            del self.history[:-self.config.history_size]
-            self.last_ttft_ms = total_ms
+            self._book(question, options[index], options, total_ms, counted=True)  # the `when` counted it
         return Answer(text=options[index], option_index=index, answer_tokens=1, ttft_ms=total_ms, total_ms=total_ms,
                       frames_in_memory=found.frames_searched, oldest_stamp=oldest, newest_stamp=newest, kv_tokens=0,
                       evidence=evidence, option_probabilities=probabilities, recalled_chunks=found.recalled_chunks,
@@ -334,11 +332,12 @@ class QuestionDesk:
         totals = probe.totals(layers).tolist()
         return self.ledger.rank_evidence(totals[OFFSET:], totals[SUMMARY_UNIT + OFFSET], units, window, k)
 
-    def _book(self, question: str, text: str, options: list[str], ttft_ms: float) -> None:
-        """An answered question in the bounded history and the counters."""
+    def _book(self, question: str, text: str, options: list[str], ttft_ms: float, counted: bool = False) -> None:
+        """An answered question in the bounded history and the counters (``counted``: already in
+        ``questions_answered``)."""
         self.history.append(Exchange(question, text, options))
         del self.history[:-self.config.history_size]
-        self.questions_answered += 1
+        self.questions_answered += 0 if counted else 1
         self.last_ttft_ms = ttft_ms
 
     def question_ids(self, question: str, options: list[str], camera: str, answer_tokens: int) -> list[int]:

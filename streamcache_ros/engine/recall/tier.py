@@ -301,8 +301,7 @@ class MemoryTier:
             stamps = scores.chunk_stamps(chunk_id)
             planned.append(ArchivedChunk(int(chunk_id), scores.camera_of(chunk_id), min(stamps), max(stamps),
                                          stamps, [], 0))
-        rows = self.archive.as_held_now(planned)
-        return self._replay(rows, recalled=len(rows))
+        return self.replay_rows(planned)
 
     def sighting_frames(self, question: str, camera: str, window: Window, k: int) -> list[tuple[float, str, float]]:
         """(stamp, camera, P(yes)) of the ``k`` frames of ``window`` the index ranks most likely to
@@ -318,7 +317,8 @@ class MemoryTier:
 
     def replay_rows(self, rows: list[ArchivedChunk]) -> Replay | None:
         """A short replay of ``rows`` (light ones will do) as the archive holds them now."""
-        return self._replay(self.archive.as_held_now(rows), recalled=len(rows))
+        held = self.archive.as_held_now(rows)
+        return self._replay(held, recalled=len(held))
 
     def standing_answers(self, question: str, camera: str, window: Window) -> list[tuple[ArchivedChunk, float]] | None:
         """The P(yes) a standing question got over every archived chunk of ``window``, oldest first;

@@ -221,10 +221,6 @@ class Archive:
         """Frames are indexed by ``index_model`` from now on (another model's vectors are dropped)."""
         self.store.use_index(index_model)
 
-    def frame_index(self, since: float = -math.inf, until: float = math.inf, camera: str = ""):
-        """(stamps, chunk ids, vectors, unindexed chunk ids) of the frames inside since..until."""
-        return self.store.frame_index(since, until, camera)
-
     def as_held_now(self, rows: list[ArchivedChunk]) -> list[ArchivedChunk]:
         """``rows`` (light ones will do: id, camera, the stamps planned) as held now, oldest first,
         payloads aside: a chunk made whole from its parts since is read as that whole, a chunk the

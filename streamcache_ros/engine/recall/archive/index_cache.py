@@ -49,7 +49,6 @@ class IndexCache:
         (stamps, ids, cameras, vectors, _), keep, unindexed = self._inside(since, until, camera)
         if any(len(inside) for _, inside in unindexed) or not keep.any():
             return None
-        inside = keep
         if margin:
             mine = np.flatnonzero(cameras == camera) if camera else np.arange(len(stamps))
             held = np.flatnonzero(keep[mine])
