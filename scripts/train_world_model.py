@@ -8,7 +8,7 @@
 1. **vision** (docs/world-models.md "Vision first"): the vision tower and projector alone, on single
    frames against dense per-frame targets (each half's shape and colour, the count), through a
    linear head that is thrown away afterwards. Its result is kept in <work>/vision/ on its own.
-2. **streams**: the whole model on seeded world streams (streamcache_ros/world.py) laid out exactly
+2. **streams**: the whole model on seeded world streams (streamcache_ros/world/) laid out exactly
    as the Session asks them (engine/stream/layout.py, engine/training/examples.py): chunks of 8 frames at 1 fps,
    questions after any number of frames, each seeing the stream as it was when asked, a share of
    them over a time window (masked as a windowed ask is). The target is the right option's words,

@@ -11,7 +11,7 @@ A linear ``FrameHead`` reads these from the frame's tokens, pooled per half, so 
 themselves must carry shape and colour where the object is; the head is thrown away afterwards.
 ``bench/vision_probe.py`` measures the same thing on frozen tokens with linear probes.
 
-No ROS here; the world's truth (streamcache_ros/world.py) gives the targets.
+No ROS here; the world's truth (streamcache_ros/world/) gives the targets.
 """
 from __future__ import annotations
 
