@@ -108,7 +108,8 @@ def test_a_reset_shrinks_the_file_and_counts_the_chunks_it_deleted(tmp_path):
     assert big > 500_000
     assert store.clear() == 300
     small = sum(p.stat().st_size for p in tmp_path.glob(DB_NAME + "*"))
-    assert small <= 64 * 1024, (big, small)
+    # what is left is the schema's own pages: tables, indexes, the places R*Tree and its shadow tables
+    assert small <= 96 * 1024, (big, small)
     store.close()
 
 

@@ -20,7 +20,7 @@ E = f"{PACKAGE}.engine"
 
 # the engine's layers, lowest first; a module belongs to the longest group its name starts with
 LAYERS: list[tuple[str, ...]] = [
-    (f"{E}.errors", f"{E}.failpoints", f"{E}.status", f"{E}.config"),  # the base: plain data and errors
+    (f"{E}.errors", f"{E}.failpoints", f"{E}.status", f"{E}.config", f"{E}.places"),  # the base: plain data, errors
     (f"{E}.cache",),  # the KV cache and its policies
     (f"{E}.recall.archive",),  # the archive on disk
     (f"{E}.stream", f"{E}.memory"),  # how a stream becomes tokens; what the memory holds, snapshots
@@ -36,7 +36,8 @@ SHARED_LAYERS = {0, len(LAYERS) - 1}
 ENGINE_FACE = {E, f"{E}.parameters", f"{E}.status", f"{E}.errors"}
 ROS_ROOTS = {"rclpy", "launch", "launch_ros", "rcl_interfaces", "builtin_interfaces", "std_msgs", "sensor_msgs",
              "diagnostic_msgs", "diagnostic_updater", "rosbag2_py", "cv_bridge", "action_msgs", "lifecycle_msgs",
-             "streamcache_ros_interfaces", "ament_index_python", "rosidl_runtime_py"}
+             "streamcache_ros_interfaces", "ament_index_python", "rosidl_runtime_py", "geometry_msgs", "nav_msgs",
+             "tf2_ros"}
 
 
 def modules() -> dict[str, pathlib.Path]:

@@ -37,7 +37,8 @@ from .discovery import ASK_SERVICE_TYPE, SETTLE_S, NodeNotConfigured, NodeNotFou
 from .discovery import find_namespaces, the_one  # noqa: F401 - re-exported: client.client names them too
 from .goals import AskGoal, MemoryStatusWatch, WatchEvents
 from .participant import OwnParticipant
-from .replies import EvidenceImage, evidence_images, time_request, to_time  # noqa: F401
+from .replies import (EvidenceImage, FramePose, evidence_images, evidence_poses, frame_pose,  # noqa: F401
+                      place_request, time_request, to_time)
 
 _instances = itertools.count()
 
@@ -103,19 +104,21 @@ class StreamCacheClient:
         return _wait(client.call_async(request), timeout, what)
 
     def ask(self, question: str, options=(), camera: str = "", max_new_tokens: int = 0,
-            timeout: float | None = 300.0, *, since=None, until=None, evidence_k: int = 0, with_images: bool = False):
+            timeout: float | None = 300.0, *, since=None, until=None, evidence_k: int = 0, with_images: bool = False,
+            place=None):
         """The Ask service; returns its response (check ``success`` / ``error_message``).
         ``since`` / ``until``: a time window (seconds as the camera stamps, or Time; None = open);
+        ``place``: a named place or (x, y, radius) (docs/places.md; ``evidence_poses(reply)``);
         ``evidence_k``: evidence frames wanted (0: the node's evidence_k); ``with_images``: the
         evidence frames' thumbnails in ``evidence_images`` (``evidence_images(reply)``: as arrays)."""
         request = self._types["Ask"].Request(question=question, options=list(options), camera=camera,
                                              max_new_tokens=max_new_tokens,
-                                             **time_request(since, until, evidence_k, with_images))
+                                             **time_request(since, until, evidence_k, with_images, place))
         return self._request(self._ask, request, timeout, "ask")
 
     def ask_async(self, question: str, options=(), camera: str = "", max_new_tokens: int = 0,
                   on_text: Callable[[str, str], None] | None = None, *, since=None, until=None,
-                  evidence_k: int = 0, with_images: bool = False) -> "AskGoal":
+                  evidence_k: int = 0, with_images: bool = False, place=None) -> "AskGoal":
         """The Ask action without blocking (for behaviour-tree leaves): returns an AskGoal at once;
         poll its ``done()``, read ``partial_answer`` while it streams, ``result()`` when done.
         ``on_text(partial_answer, new_text)`` runs on the client's thread for each piece; the time
@@ -123,7 +126,7 @@ class StreamCacheClient:
         goal = AskGoal(on_text)
         request = self._types["AskAction"].Goal(question=question, options=list(options), camera=camera,
                                                 max_new_tokens=max_new_tokens,
-                                                **time_request(since, until, evidence_k, with_images))
+                                                **time_request(since, until, evidence_k, with_images, place))
 
         def send() -> None:
             sent = self._action.send_goal_async(request, feedback_callback=goal._on_feedback)
@@ -148,14 +151,14 @@ class StreamCacheClient:
     def ask_streaming(self, question: str, options=(), camera: str = "", max_new_tokens: int = 0,
                       on_text: Callable[[str, str], None] | None = None, cancel: threading.Event | None = None,
                       on_accepted: Callable[[], None] | None = None, timeout: float | None = 300.0, *,
-                      since=None, until=None, evidence_k: int = 0, with_images: bool = False):
+                      since=None, until=None, evidence_k: int = 0, with_images: bool = False, place=None):
         """The Ask action: ``on_text(partial_answer, new_text)`` per feedback; setting ``cancel``
         cancels the goal (the result then has success false and the partial answer). Returns the
         action's result. The time fields as in ``ask``."""
         if not self._action.wait_for_server(timeout_sec=timeout if timeout is not None else 15.0):
             raise NodeNotFound(f"action {self.namespace}/ask_action is not available")
         goal = self.ask_async(question, options, camera, max_new_tokens, on_text, since=since, until=until,
-                              evidence_k=evidence_k, with_images=with_images)
+                              evidence_k=evidence_k, with_images=with_images, place=place)
         try:
             if not goal._wait_for(lambda: goal.state != AskGoal.PENDING, timeout):
                 raise TimeoutError(f"no reply to ask_action goal within {timeout} s")
@@ -260,13 +263,14 @@ class StreamCacheClient:
         return self._request(self._timeline, request, timeout, "memory_timeline")
 
     def when(self, question: str, mode: str = "last", camera: str = "", *, since=None, until=None,
-             timeout: float | None = 300.0, with_images: bool = False):
+             timeout: float | None = 300.0, with_images: bool = False, place=None):
         """The when service: the ``last`` / ``first`` stamp at which the yes/no ``question`` holds,
         or its ``timeline``, searched in the memory (``since`` / ``until`` as in ``ask``). Returns the
         response (check ``success``, then ``found`` and ``stamp``); ``with_images``: the frame found in
-        ``evidence_images``."""
+        ``evidence_images``; ``place`` as in ``ask``: the pose of the frame found is ``pose`` (``has_pose``)."""
         request = self._types["When"].Request(question=question, mode=mode, camera=camera, since=to_time(since),
-                                              until=to_time(until), with_images=bool(with_images))
+                                              until=to_time(until), with_images=bool(with_images),
+                                              **place_request(place))
         return self._request(self._when, request, timeout, "when")
 
     def set_watch_questions(self, questions, timeout: float | None = 30.0) -> str:

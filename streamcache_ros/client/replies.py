@@ -2,6 +2,8 @@
 evidence frames' pictures as arrays (docs/interfaces.md "Time windows and evidence", docs/show.md)."""
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass
 
 import numpy as np
@@ -22,10 +24,50 @@ def to_time(value):
     return Time(sec=ns // 1_000_000_000, nanosec=ns % 1_000_000_000)
 
 
-def time_request(since=None, until=None, evidence_k: int = 0, with_images: bool = False) -> dict:
-    """The Ask request's (and goal's) time fields (docs/interfaces.md "Time windows and evidence")."""
+def time_request(since=None, until=None, evidence_k: int = 0, with_images: bool = False, place=None) -> dict:
+    """The Ask request's (and goal's) time fields (docs/interfaces.md "Time windows and evidence"),
+    and its place (``place_request``)."""
     return {"since": to_time(since), "until": to_time(until), "evidence_k": int(evidence_k),
-            "with_images": bool(with_images)}
+            "with_images": bool(with_images), **place_request(place)}
+
+
+def place_request(place=None) -> dict:
+    """A request's place fields (docs/places.md): ``place`` a name from the node's places_file, or
+    (x, y, radius) in metres in the pose frame; None: anywhere."""
+    from geometry_msgs.msg import Point  # noqa: PLC0415
+
+    if place is None or place == "":
+        return {}
+    if isinstance(place, str):
+        return {"place": place}
+    x, y, radius = (float(v) for v in place)
+    return {"place_center": Point(x=x, y=y, z=0.0), "place_radius": radius}
+
+
+@dataclass
+class FramePose:
+    """Where the robot was when it took a frame: x, y (metres), yaw (radians) in ``frame_id``."""
+
+    stamp: float
+    x: float
+    y: float
+    yaw: float
+    frame_id: str
+
+
+def frame_pose(pose_stamped) -> FramePose | None:
+    """A reply's PoseStamped as a FramePose; None for a frame with no pose (an empty frame_id)."""
+    if not pose_stamped.header.frame_id:
+        return None
+    p, q = pose_stamped.pose.position, pose_stamped.pose.orientation
+    yaw = math.atan2(2.0 * (q.w * q.z + q.x * q.y), 1.0 - 2.0 * (q.y * q.y + q.z * q.z))
+    stamp = pose_stamped.header.stamp.sec + pose_stamped.header.stamp.nanosec * 1e-9
+    return FramePose(stamp, p.x, p.y, yaw, pose_stamped.header.frame_id)
+
+
+def evidence_poses(reply) -> list[FramePose | None]:
+    """An Ask reply's evidence poses, one per evidence frame (None where the frame has none)."""
+    return [frame_pose(p) for p in reply.evidence_poses]
 
 
 @dataclass

@@ -6,10 +6,13 @@ from .errors import (AnswerError, ArchiveError, ChunkError, ConfigError, FrameEr
 from .factory import build_session
 from .failpoints import ENV as FAILPOINTS_ENV
 from .failpoints import arm_from_environment as arm_failpoints
+from .places import Place, PlaceError, Pose, PoseTrack, load_places
+from .places.place import resolve_place
 from .session import Session, SessionConfig
 from .status import Answer, CacheSummary, ChunkReport, CompressionOutcome, DeviceMemory, EngineInfo, SessionStatus
 
 __all__ = ["Answer", "AnswerError", "ArchiveError", "CachePolicy", "CacheSummary", "ChunkError", "ChunkReport", "CompressionOutcome",
            "ConfigError", "DeviceMemory", "EngineInfo", "FAILPOINTS_ENV", "FrameError", "ModelAdapter",
-           "ModelLoadError", "POLICIES", "QuestionError", "Session", "SessionConfig", "SessionStatus",
-           "SnapshotError", "StreamCacheError", "arm_failpoints", "build_session", "load_adapter", "make_policy"]
+           "ModelLoadError", "POLICIES", "Place", "PlaceError", "Pose", "PoseTrack", "QuestionError", "Session", "SessionConfig", "SessionStatus",
+           "SnapshotError", "StreamCacheError", "arm_failpoints", "build_session", "load_adapter", "load_places", "make_policy",
+           "resolve_place"]

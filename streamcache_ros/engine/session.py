@@ -27,6 +27,7 @@ from .errors import ConfigError, QuestionError
 from .ingest.pipeline import ChunkPipeline
 from .memory.ledger import UnitLedger
 from .memory.snapshots import check_writable, load_policy_state, read_memory, write_snapshot
+from .places import Place
 from .parameters import budget_warning, check_runtime, check_tunable, resolved_budget_tokens
 from .questions import checks
 from .questions.answering import QuestionRunner
@@ -209,24 +210,23 @@ class Session:
     def ask(self, question: str, options: list[str] | tuple[str, ...] = (), camera: str = "",
             max_new_tokens: int = 0, on_text: Callable[[str, str], None] | None = None,
             should_stop: Callable[[], bool] | None = None, since: float | None = None,
-            until: float | None = None, evidence_k: int | None = None) -> Answer:
+            until: float | None = None, evidence_k: int | None = None, where: Place | None = None) -> Answer:
         """Answer from the memory (greedy). Frames queued so far are encoded first.
 
         ``on_text(partial, new_text)`` streams the answer; ``should_stop()`` cancels between tokens.
         ``since`` / ``until`` (stamps, None = open) restrict the answer to the units with a frame
         stamped inside the window, by masking the attention to every other unit's tokens; the
         answer's ``evidence`` names the ``evidence_k`` frames it drew on most (None: the session's
-        ``evidence_k``; docs/interfaces.md "Time windows and evidence"). A window older than the
-        working memory holds whole is answered over a replay of archived chunks (docs/archive.md).
-        Raises QuestionError before anything touches the cache when the question is refused.
-        """
-        return self.desk.ask(question, options, camera, max_new_tokens, on_text, should_stop, since, until, evidence_k)
+        ``evidence_k``; docs/interfaces.md "Time windows and evidence"), each with its pose. A window
+        older than the working memory holds whole is answered over a replay of archived chunks
+        (docs/archive.md). QuestionError before anything touches the cache for a refused question."""
+        return self.desk.ask(question, options, camera, max_new_tokens, on_text, should_stop, since, until, evidence_k, where)
 
     def when(self, question: str, mode: str = "last", camera: str = "", since: float | None = None,
-             until: float | None = None) -> WhenAnswer:
-        """The last or first stamp at which the yes/no ``question`` holds, or its timeline, searched
-        over time windows of the memory (questions/when.py; docs/interfaces.md "When")."""
-        return self.desk.when(question, mode, camera, since, until)
+             until: float | None = None, where: Place | None = None) -> WhenAnswer:
+        """The last or first stamp at which the yes/no ``question`` holds, or its timeline (docs/interfaces.md
+        "When"); ``where`` (ask too): only frames taken inside that place (docs/places.md)."""
+        return self.desk.when(question, mode, camera, since, until, where)
 
     def watch(self, questions: list[str], chunk: ChunkReport) -> list[WatchAnswer]:
         """Standing yes/no ``questions`` asked over the window of the chunk just encoded, in one pass,

@@ -12,6 +12,8 @@ from typing import Any
 
 import torch
 
+from .places import Pose
+
 
 def _copied(cls, source, **overrides):
     """A ``cls`` with every field ``source`` has of the same name (lists and dicts copied), then ``overrides``."""
@@ -115,6 +117,7 @@ class EvidenceFrame:
     stamp: float
     camera: str
     weight: float
+    pose: Pose | None = None  # where the robot was when it took the frame (docs/places.md); None: unknown
 
 
 @dataclass(frozen=True)
@@ -161,6 +164,7 @@ class Answer:
     # frames held inside the window (working memory or archive), against frames_in_memory: what it read
     frames_in_window: int = 0
     holes: list[Hole] = field(default_factory=list)  # inside the window, oldest first (evicted_before then true)
+    frames_in_place: int = 0  # under a place: the window's frames taken inside it (docs/places.md)
     # a "Did you see ...?" question, retrieved then verified as `when` finds a moment (questions/desk.py):
     # how ("index", "walk", "standing", "memory", "index_unsure"; "" for any other question), the
     # index's candidates, and whether every part of the window that could hold a yes was read
@@ -233,6 +237,8 @@ class WhenAnswer:
     index_candidates: int = 0  # chunks the index ranked at or above its threshold
     frames_in_window: int = 0  # frames held inside the window (working memory or archive)
     holes: list[Hole] = field(default_factory=list)  # inside the window, oldest first
+    frames_in_place: int = 0  # under a place: the window's frames taken inside it (docs/places.md)
+    pose: Pose | None = None  # where the robot was at ``stamp`` (None: not found, or no pose there)
     may_lie_in_hole: bool = False  # a hole newer (last) / older (first) than the answer, or any when not found
     # false when part of the window that could hold the answer was not read: the index could not
     # settle it and the walk stopped at walk_chunks, or the walk's replays could not hold the window
@@ -271,6 +277,7 @@ class FrameRetention:
     unit: int  # its stream unit (the two frames of a Qwen2.5-VL temporal patch share one)
     layer_kept: list[float]  # per layer: the share of its tokens held, over the layer's KV heads
     bank_kept: list[float] = field(default_factory=list)  # H2SVC: per bank, over the bank's heads
+    pose: Pose | None = None  # where the robot was when it took the frame (docs/places.md)
 
     @property
     def kept(self) -> float:

@@ -184,6 +184,30 @@ class NodeDiagnostics:
         self._add(updater_lib.FunctionDiagnosticTask("latency", self.engine.latency))
         self._add(updater_lib.FunctionDiagnosticTask("index", self.engine.index))
 
+    def add_poses(self, poses) -> None:
+        """"poses": where the frames' poses come from, and how many frames got none (docs/places.md)."""
+        def run(stat):
+            track = poses.track
+            newest = track.newest_stamp
+            level = OK
+            message = f"poses from {poses.describe()}"
+            if poses.source == "topic" and poses.subscription is None or newest is None:
+                level, message = WARN, f"no pose yet from {poses.describe()}: frames are kept without one"
+            elif track.frames_without:
+                level = WARN
+                message += f"; {track.frames_without} frame(s) had no pose within {track.tolerance:g} s"
+            stat.summary(level, message)
+            stat.add("Source", poses.describe())
+            stat.add("Poses received", str(track.received))
+            stat.add("Newest pose stamp (s)", "none" if newest is None else f"{newest:.3f}")
+            stat.add("Frames with a pose", str(track.frames_posed))
+            stat.add("Frames without a pose", str(track.frames_without))
+            stat.add("Poses out of order", str(track.out_of_order))
+            if poses.source == "tf":
+                stat.add("TF lookups failed", str(poses.tf_failures))
+            return stat
+        self._add(updater_lib.FunctionDiagnosticTask("poses", run))
+
     def _add(self, task) -> None:
         self.updater.add(task)
         self._task_names.append(task.getName())

@@ -98,7 +98,8 @@ class MemoryServices:
 
     def on_memory_timeline(self, request, response):
         def timeline(r):
-            translate.fill_timeline(r, self.session.memory_timeline(self.cameras.key(request.camera)))
+            found = self.session.memory_timeline(self.cameras.key(request.camera))
+            translate.fill_timeline(r, found, [f.pose for f in found.frames])
         return self._memory_call(response, timeline)
 
     def _in_snapshot_dir(self, name: str) -> str:

@@ -60,6 +60,7 @@ from .sampler import CameraCounters
 from .snapshots import DEFAULT_ARCHIVE, SnapshotKeeper, archive_folder, check_path, snapshot_dir
 from .standing_questions import StandingQuestions, standing_question_refusal
 from .status import StatusReports
+from .poses import PoseInput, named_places, pose_input_for
 from .time_questions import EVENT_QOS, TimeQuestions
 from .tuning import RuntimeTuning, ShownBudget, diagnostic_limits
 
@@ -93,6 +94,8 @@ class StreamCacheNode(LifecycleNode):
         self.questions: Questions | None = None
         self.memory: MemoryServices | None = None
         self.time_questions: TimeQuestions | None = None
+        self.poses: PoseInput | None = None
+        self.named_places: dict = {}
         self.standing: StandingQuestions | None = None
         self.status: StatusReports | None = None
         self.tuning: RuntimeTuning | None = None
@@ -147,6 +150,7 @@ class StreamCacheNode(LifecycleNode):
         folder = snapshot_dir(str(values["snapshot_dir"]))
         faults = arm_failpoints()  # before the model loads: a typo fails fast
         self.values = values
+        self.named_places = named_places(str(values["places_file"]))  # a bad file fails before the model loads
         topics = {name: self.resolve_topic_name(name) for name in values["camera_topics"]}
         archive = archive_folder(str(values["archive_path"]), self.get_fully_qualified_name())
         session = build_session({**params.engine_params(values), "camera_topics": list(topics.values()),
@@ -177,6 +181,8 @@ class StreamCacheNode(LifecycleNode):
             self.diagnostics.add_camera(camera.topic, camera.counters, min_rate, max_delay,
                                         qos=lambda c=camera: (c.qos_text, c.qos_changes))
         self.diagnostics.add_engine()
+        if self.poses is not None:
+            self.diagnostics.add_poses(self.poses)
         # once nothing else can fail: a configure error stays the one line it ends the process with
         self._log_archive(session, archive)
         self.get_logger().info(
@@ -219,6 +225,8 @@ class StreamCacheNode(LifecycleNode):
                                    self._is_active)
         self.memory = MemoryServices(session, self.cameras, snapshots, folder, name, logger, self._is_active,
                                      self._memory_changed)
+        self.poses = pose_input_for(self, session, values)  # None: no pose source
+        self.questions.places = self.time_questions.places = self.named_places
         self.tuning = RuntimeTuning(session, info, values, self, self.shown_budget, self.cameras, self.status,
                                     self.standing, self.diagnostics)
 
@@ -264,6 +272,8 @@ class StreamCacheNode(LifecycleNode):
     def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
         self._stopping.clear()
         error = self.cameras.activate()
+        if self.poses is not None and not error:
+            self.poses.activate()
         if error:
             self.configure_error = error
             if not self.autostart:
@@ -302,6 +312,8 @@ class StreamCacheNode(LifecycleNode):
         self._lifecycle_timers = []
         if self.cameras is not None:
             self.cameras.deactivate()
+        if self.poses is not None:
+            self.poses.deactivate()
 
     def _teardown(self) -> None:
         if not self._saved_at_stop and self.memory is not None:  # cleanup / shutdown: the memory goes with the session
@@ -319,6 +331,7 @@ class StreamCacheNode(LifecycleNode):
         if self.diagnostics is not None:
             self.diagnostics.clear()
         self.cameras = self.questions = self.memory = self.time_questions = self.standing = self.status = None
+        self.poses = None
         if self.session is not None:
             self.session.close_archive()  # the lock goes: another node may take the archive
         self.session = None

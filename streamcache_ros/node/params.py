@@ -56,6 +56,18 @@ NODE_SPECS: dict[str, Spec] = {
                                           "questions that reach past the working memory, kept across restarts; a "
                                           "folder, '' or 'off' = off, 'default' = <ROS home>/streamcache/archive/"
                                           "<the node's full name>, one per node"),
+    "pose_topic": Spec("", "Where the robot is (docs/places.md): an odometry (nav_msgs/Odometry), PoseStamped or "
+                           "PoseWithCovarianceStamped topic, told apart by its type; every frame gets the pose at "
+                           "its stamp (empty = none, or TF with pose_source)"),
+    "pose_source": Spec("auto", "topic | tf | off | auto: auto reads pose_topic when set, else TF "
+                                "(pose_map_frame -> pose_base_frame) where tf2_ros is importable, else nothing"),
+    "pose_map_frame": Spec("map", "TF: the fixed frame poses are given in"),
+    "pose_base_frame": Spec("base_link", "TF: the robot's frame"),
+    "pose_tolerance_s": Spec(0.5, "A frame's pose is interpolated between the poses around its stamp, each at "
+                                  "most this many seconds away (else the nearest within it); a frame with none is "
+                                  "kept without a pose, and says so", 0.001, 60.0),
+    "places_file": Spec("", "Named places a question can be limited to (docs/places.md): YAML with frame_id and "
+                            "places: {name: {x, y, radius}} (empty = none; a point and radius still work)"),
     "watch_questions": Spec([], "Standing yes/no questions, each asked over the window of every chunk just encoded; "
                                 "every answer is published on watch_events (WatchEvent)", runtime=True),
 }

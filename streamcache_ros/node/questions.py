@@ -23,6 +23,8 @@ class Questions:
     for -> its resolved topic), the node's ``stopping`` event (a question in progress stops at its
     next token), its ``name``, ``logger`` and ``clock``, and ``is_active``."""
 
+    places: dict = {}  # the places_file's named places (node.py sets them)
+
     def __init__(self, session, info: EngineInfo, status: StatusReports, camera_key: Callable[[str], str],
                  stopping: threading.Event, name: str, logger, clock, is_active: Callable[[], bool]):
         self.session = session
@@ -55,7 +57,8 @@ class Questions:
                                       max_new_tokens=int(request.max_new_tokens), on_text=on_text, should_stop=stop,
                                       since=translate.window_bound(request.since),
                                       until=translate.window_bound(request.until),
-                                      evidence_k=int(request.evidence_k) or None)
+                                      evidence_k=int(request.evidence_k) or None,
+                                      where=translate.request_place(request, self.places))
         except StreamCacheError as err:  # QuestionError, ChunkError (flushing), AnswerError: memory unchanged
             if isinstance(err, (AnswerError, ChunkError)):  # a fault, not the client's doing
                 self.log.error(f"question failed: {err}")

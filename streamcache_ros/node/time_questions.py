@@ -51,6 +51,8 @@ class TimeQuestions:
     and ``logger``, ``is_active``, and ``changed()``: called after each `when`, to refresh the
     memory's status."""
 
+    places: dict = {}  # the places_file's named places (node.py sets them)
+
     def __init__(self, session, watch_pub, camera_key: Callable[[str], str], name: str, logger,
                  is_active: Callable[[], bool], changed: Callable[[], None], shown_pub=None):
         self.session = session
@@ -88,7 +90,8 @@ class TimeQuestions:
             found = self.session.when(request.question, request.mode or "last",
                                       camera=self.camera_key(request.camera),
                                       since=translate.window_bound(request.since),
-                                      until=translate.window_bound(request.until))
+                                      until=translate.window_bound(request.until),
+                                      where=translate.request_place(request, self.places))
         except StreamCacheError as err:  # refused, or failed with the memory unchanged
             response.success, response.error_message = False, str(err)
             return response

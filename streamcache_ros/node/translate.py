@@ -2,9 +2,12 @@
 from __future__ import annotations
 
 from builtin_interfaces.msg import Time
+from geometry_msgs.msg import Pose as PoseMsg
+from geometry_msgs.msg import PoseStamped
 from sensor_msgs.msg import CompressedImage
 from streamcache_ros_interfaces.msg import FrameRetention, MemoryStatus, WatchEvent
 
+from ..engine import Place, Pose, resolve_place
 from ..engine.status import Answer, MemoryCounts, MemoryTimeline, SessionStatus, WatchAnswer, WhenAnswer, size_text
 from .sampler import NS_PER_S, CameraSnapshot
 
@@ -112,8 +115,36 @@ def fill_answer(result, answer: Answer, now_s: float):
     result.frames_in_window = int(answer.frames_in_window)
     result.found_by, result.index_candidates = answer.found_by, int(answer.index_candidates)
     result.search_complete = bool(answer.search_complete)
+    result.evidence_poses = [pose_stamped(e.pose, e.stamp) for e in answer.evidence]
+    result.frames_in_place = int(answer.frames_in_place)
     fill_holes(result, answer.holes)
     return result
+
+
+def request_place(request, named: dict) -> Place | None:
+    """The place an Ask / When request limits its question to (None: anywhere); PlaceError for a name
+    the places_file lacks or a radius that is not a positive number (docs/places.md)."""
+    center = getattr(request, "place_center", None)
+    return resolve_place(getattr(request, "place", ""), None if center is None else (float(center.x), float(center.y)),
+                         float(getattr(request, "place_radius", 0.0)), named)
+
+
+def pose_message(pose: Pose) -> PoseMsg:
+    msg = PoseMsg()
+    msg.position.x, msg.position.y, msg.position.z = float(pose.x), float(pose.y), float(pose.z)
+    o = msg.orientation
+    o.x, o.y, o.z, o.w = float(pose.qx), float(pose.qy), float(pose.qz), float(pose.qw)
+    return msg
+
+
+def pose_stamped(pose: Pose | None, stamp: float) -> PoseStamped:
+    """A frame's pose, stamped with the frame's stamp; an empty frame_id (and identity pose) for none."""
+    msg = PoseStamped()
+    msg.header.stamp = seconds_to_time(stamp)
+    if pose is not None:
+        msg.header.frame_id = pose.frame_id
+        msg.pose = pose_message(pose)
+    return msg
 
 
 def fill_holes(reply, holes) -> None:
@@ -136,13 +167,17 @@ def compressed_image(thumbnail) -> CompressedImage:
     return msg
 
 
-def fill_timeline(response, timeline: MemoryTimeline):
-    """A MemoryTimeline response from the engine's timeline."""
+def fill_timeline(response, timeline: MemoryTimeline, poses: list[Pose | None] | None = None):
+    """A MemoryTimeline response from the engine's timeline, with each frame's pose (``poses``)."""
     response.policy, response.num_layers = timeline.policy, timeline.num_layers
     response.bank_names = list(timeline.bank_names)
+    poses = poses or [None] * len(timeline.frames)
     response.frames = [FrameRetention(stamp=seconds_to_time(f.stamp), camera=f.camera, unit=f.unit,
                                       layer_kept=[float(x) for x in f.layer_kept],
-                                      bank_kept=[float(x) for x in f.bank_kept]) for f in timeline.frames]
+                                      bank_kept=[float(x) for x in f.bank_kept], has_pose=pose is not None,
+                                      pose=PoseMsg() if pose is None else pose_message(pose),
+                                      pose_frame="" if pose is None else pose.frame_id)
+                       for f, pose in zip(timeline.frames, poses)]
     fill_holes(response, timeline.holes)
     return response
 
@@ -168,6 +203,9 @@ def fill_when(response, found: WhenAnswer):
     response.frames_in_window = int(found.frames_in_window)
     response.may_lie_in_hole = bool(found.may_lie_in_hole)
     response.search_complete = bool(found.search_complete)
+    response.has_pose = found.pose is not None
+    response.pose = pose_stamped(found.pose, found.stamp if found.found else 0.0)
+    response.frames_in_place = int(found.frames_in_place)
     fill_holes(response, found.holes)
     return response
 

@@ -3,12 +3,15 @@
     streamcache-make-bag data/demo_bag                      # the demo / test bag (deterministic)
     streamcache-make-bag /tmp/frames --storage mcap --frames 600 --fps 10 --compressed
     streamcache-make-bag /tmp/world --world --seed 7 --frames 512 --ask-at 32 64 128
+    streamcache-make-bag /tmp/patrol --world --patrol --seed 7 --frames 900 --width 320 --height 240
 
 The bag holds frames of one fixed shape-world stream (docs/world.md: coloured shapes that appear,
 leave, move and change colour; ``world.world_frames``) as sensor_msgs/Image (rgb8) on
 /camera/image_raw, stamped from a fixed start so every run makes the same bytes; ``--compressed``
 adds sensor_msgs/CompressedImage (PNG) on /camera/image_raw/compressed. ``--world`` writes a seeded
-stream of its own with its questions instead (``make_world_bag``).
+stream of its own with its questions instead (``make_world_bag``); ``--patrol`` makes it a patrol
+stream with the robot's odometry on /odom and the map's places (``make_patrol_bag``, docs/world.md
+"The patrol world").
 No rclpy here: ``streamcache-replay`` (node/replay.py) publishes what ``read_images`` yields.
 """
 from __future__ import annotations
@@ -16,6 +19,7 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import math
 import pathlib
 import shutil
 import struct
@@ -34,6 +38,12 @@ DEFAULT_TOPIC = "/camera/image_raw"
 # 2023-11-14T22:13:20Z: stamps like a real recording, fixed so the bag is reproducible
 DEFAULT_START_NS = 1_700_000_000 * 1_000_000_000
 STORAGES = ("sqlite3", "mcap")
+ODOMETRY = "nav_msgs/msg/Odometry"
+ODOM_TOPIC = "/odom"
+ODOM_RATE_HZ = 4.0
+# odometry is stamped off the frames' stamps, as on a robot: a node must interpolate between samples
+ODOM_PHASE_S = 0.13
+PLACES_FILE = "places.yaml"
 
 
 def _typestore():
@@ -92,9 +102,13 @@ def make_bag(path: str | pathlib.Path, frames: int = 120, fps: float = 2.0, widt
 WORLD_QUESTIONS_FILE = "world_questions.json"
 
 
-def _image_message(store, stamp_ns: int, rgb: np.ndarray, encoding: str, jpeg: bytes | None = None):
+def _header(store, stamp_ns: int, frame_id: str):
     Header, Time = store.types["std_msgs/msg/Header"], store.types["builtin_interfaces/msg/Time"]
-    header = Header(stamp=Time(sec=stamp_ns // 1_000_000_000, nanosec=stamp_ns % 1_000_000_000), frame_id="camera")
+    return Header(stamp=Time(sec=stamp_ns // 1_000_000_000, nanosec=stamp_ns % 1_000_000_000), frame_id=frame_id)
+
+
+def _image_message(store, stamp_ns: int, rgb: np.ndarray, encoding: str, jpeg: bytes | None = None):
+    header = _header(store, stamp_ns, "camera")
     if encoding == "jpeg":
         return store.types[COMPRESSED](header=header, format="jpeg", data=np.frombuffer(jpeg, dtype=np.uint8))
     pixels = rgb[:, :, ::-1] if encoding == "bgr8" else rgb
@@ -121,6 +135,63 @@ def make_world_bag(path: str | pathlib.Path, seed: int, frames: int, ask_at=(), 
     camera_topic = _write_frames(path, stream, range(frames), stamps, topic, storage)
     _write_record(path / WORLD_QUESTIONS_FILE, stream, seed, points, stamps, camera_topic, start_ns)
     return path
+
+
+def make_patrol_bag(path: str | pathlib.Path, seed: int, frames: int, ask_at=(), look=None,
+                    topic: str = DEFAULT_TOPIC, storage: str = "sqlite3", start_ns: int = DEFAULT_START_NS,
+                    overwrite: bool = False, absent: tuple[tuple[str, str], ...] = (), place_count: int = 6,
+                    odom_topic: str = ODOM_TOPIC) -> pathlib.Path:
+    """A patrol stream (docs/world.md "The patrol world") as ``make_world_bag`` writes a world stream,
+    plus nav_msgs/Odometry on ``odom_topic`` at 4 Hz (frame "map", child "base_link"), stamped
+    0.13 s off the frames. ``world_questions.json`` also holds the places, the route and each frame's
+    pose; ``places.yaml`` beside it is the node's ``places_file`` for the map."""
+    if storage not in STORAGES:
+        raise ValueError(f"storage must be one of {STORAGES}, got '{storage}'")
+    points = _question_points(ask_at, frames)
+    places = world.patrol_map(seed, place_count)
+    stream = world.make_long_patrol_stream(seed, frames, points, look, absent, places)
+    path = _fresh(pathlib.Path(path), overwrite)
+    stamps = [start_ns + i * 1_000_000_000 for i in range(frames)]
+    last = math.ceil((frames - 1 - ODOM_PHASE_S) * ODOM_RATE_HZ)
+    odometry = [(start_ns + round(t * 1e9), *stream.pose_at(t), stream.speed_at(t))
+                for t in (ODOM_PHASE_S + k / ODOM_RATE_HZ for k in range(-1, last + 1))]
+    camera_topic = _write_frames(path, stream, range(frames), stamps, topic, storage, odometry, odom_topic)
+    patrol = {"frame_id": world.MAP_FRAME, "odom_topic": odom_topic, "odom_rate_hz": ODOM_RATE_HZ,
+              "odom_phase_s": ODOM_PHASE_S, "places_file": PLACES_FILE,
+              "places": [{"name": p.name, "x": p.x, "y": p.y, "radius": p.radius} for p in stream.places],
+              "route": list(stream.route), "relocations": stream.patrol.relocations,
+              "poses": [[round(v, 4) for v in stream.pose(i)] for i in range(frames)],
+              "place_at": [stream.place_at(i) for i in range(frames)]}
+    _write_record(path / WORLD_QUESTIONS_FILE, stream, seed, points, stamps, camera_topic, start_ns, {"patrol": patrol})
+    (path / PLACES_FILE).write_text(world.places_yaml(stream.places))
+    return path
+
+
+def _odometry_message(store, stamp_ns: int, x: float, y: float, yaw: float, speed: float):
+    t = store.types
+    zero = t["geometry_msgs/msg/Vector3"](x=0.0, y=0.0, z=0.0)
+    pose = t["geometry_msgs/msg/Pose"](position=t["geometry_msgs/msg/Point"](x=x, y=y, z=0.0),
+                                       orientation=t["geometry_msgs/msg/Quaternion"](
+                                           x=0.0, y=0.0, z=math.sin(yaw / 2), w=math.cos(yaw / 2)))
+    twist = t["geometry_msgs/msg/Twist"](linear=t["geometry_msgs/msg/Vector3"](x=speed, y=0.0, z=0.0), angular=zero)
+    return t[ODOMETRY](header=_header(store, stamp_ns, world.MAP_FRAME), child_frame_id="base_link",
+                       pose=t["geometry_msgs/msg/PoseWithCovariance"](pose=pose, covariance=np.zeros(36)),
+                       twist=t["geometry_msgs/msg/TwistWithCovariance"](twist=twist, covariance=np.zeros(36)))
+
+
+def read_odometry(path: str | pathlib.Path, topic: str = ODOM_TOPIC) -> list[tuple[int, float, float, float]]:
+    """(stamp ns, x, y, yaw) of each Odometry message on ``topic``, in recording order."""
+    from rosbags.highlevel import AnyReader  # noqa: PLC0415
+
+    out = []
+    with AnyReader([pathlib.Path(path)], default_typestore=_typestore()) as reader:
+        connections = [c for c in reader.connections if c.topic == topic and c.msgtype == ODOMETRY]
+        for connection, _, rawdata in reader.messages(connections=connections):
+            msg = reader.deserialize(rawdata, connection.msgtype)
+            q = msg.pose.pose.orientation
+            out.append((header_stamp_ns(bytes(rawdata)), msg.pose.pose.position.x, msg.pose.pose.position.y,
+                        2 * math.atan2(q.z, q.w)))
+    return out
 
 
 def make_world_segments(folder: str | pathlib.Path, seed: int, frames: int, segment_frames: int, look=None,
@@ -167,8 +238,10 @@ def _fresh(path: pathlib.Path, overwrite: bool) -> pathlib.Path:
     return path
 
 
-def _write_frames(path: pathlib.Path, stream, indices, stamps: list[int], topic: str, storage: str) -> str:
-    """The frames ``indices`` of ``stream`` as a bag at ``path``; returns the camera topic written."""
+def _write_frames(path: pathlib.Path, stream, indices, stamps: list[int], topic: str, storage: str,
+                  odometry=(), odom_topic: str = ODOM_TOPIC) -> str:
+    """The frames ``indices`` of ``stream`` as a bag at ``path``, and ``odometry`` ((stamp ns, x, y,
+    yaw, speed) each) on ``odom_topic`` in stamp order among them; returns the camera topic written."""
     from rosbags.rosbag2 import StoragePlugin, Writer  # noqa: PLC0415
 
     store = _typestore()
@@ -178,15 +251,25 @@ def _write_frames(path: pathlib.Path, stream, indices, stamps: list[int], topic:
     with Writer(path, version=9, storage_plugin=plugin) as writer:
         msgtype = COMPRESSED if encoding == "jpeg" else IMAGE
         conn = writer.add_connection(camera_topic, msgtype, typestore=store)
+        odom_conn = writer.add_connection(odom_topic, ODOMETRY, typestore=store) if odometry else None
+        pending = list(odometry)[::-1]
+
+        def write_odometry(until_ns: float) -> None:
+            while pending and pending[-1][0] <= until_ns:
+                sample = pending.pop()
+                writer.write(odom_conn, sample[0], store.serialize_cdr(_odometry_message(store, *sample), ODOMETRY))
+
         for i, stamp_ns in zip(indices, stamps):
+            write_odometry(stamp_ns)
             raw = stream.raw_frame(i)
             msg = _image_message(store, stamp_ns, raw, encoding, stream.jpeg(i, raw) if encoding == "jpeg" else None)
             writer.write(conn, stamp_ns, store.serialize_cdr(msg, msgtype))
+        write_odometry(math.inf)
     return camera_topic
 
 
 def _write_record(path: pathlib.Path, stream, seed: int, points: list[int], stamps: list[int], camera_topic: str,
-                  start_ns: int) -> None:
+                  start_ns: int, extra: dict | None = None) -> None:
     """The stream's truth and every question at ``points`` with its true option (and stamps)."""
     questions = [q.to_dict() for n in points for q in stream.questions(n)]
     for q in questions:
@@ -196,7 +279,8 @@ def _write_record(path: pathlib.Path, stream, seed: int, points: list[int], stam
                         "frame_period_s": world.FRAME_PERIOD_S, "look": dict(stream.look.__dict__)},
               "questions": questions,
               "truth": [[{"object": v.obj, "shape": v.shape, "colour": v.colour,
-                          "box": [round(v.x0, 1), round(v.y0, 1), round(v.side, 1)]} for v in f] for f in stream.truth]}
+                          "box": [round(v.x0, 1), round(v.y0, 1), round(v.side, 1)]} for v in f] for f in stream.truth],
+              **(extra or {})}
     path.write_text(json.dumps(record, indent=1) + "\n")
 
 
@@ -228,6 +312,28 @@ def image_topics(path: str | pathlib.Path) -> dict[str, str]:
 
     with AnyReader([pathlib.Path(path)], default_typestore=_typestore()) as reader:
         return {c.topic: c.msgtype for c in reader.connections if c.msgtype in IMAGE_TYPES}
+
+
+POSE_TYPES = ("nav_msgs/msg/Odometry", "geometry_msgs/msg/PoseStamped", "geometry_msgs/msg/PoseWithCovarianceStamped")
+
+
+def pose_topics(path: str | pathlib.Path) -> dict[str, str]:
+    """Odometry and pose topics in the bag -> message type (what a node's pose_topic reads)."""
+    from rosbags.highlevel import AnyReader  # noqa: PLC0415
+
+    with AnyReader([pathlib.Path(path)], default_typestore=_typestore()) as reader:
+        return {c.topic: c.msgtype for c in reader.connections if c.msgtype in POSE_TYPES}
+
+
+def read_poses(path: str | pathlib.Path, topics: list[str]) -> list[BagMessage]:
+    """The bag's messages on the pose ``topics``, in recording order (a day of 4 Hz odometry is a
+    few MB: read at once, so a replay can send each frame's poses ahead of it)."""
+    from rosbags.highlevel import AnyReader  # noqa: PLC0415
+
+    with AnyReader([pathlib.Path(path)], default_typestore=_typestore()) as reader:
+        connections = [c for c in reader.connections if c.topic in topics]
+        return [BagMessage(c.topic, c.msgtype, log_time, header_stamp_ns(raw), bytes(raw))
+                for c, log_time, raw in reader.messages(connections=connections)]
 
 
 def read_images(path: str | pathlib.Path, topics: list[str] | None = None) -> Iterator[BagMessage]:
@@ -264,19 +370,32 @@ def main(argv: list[str] | None = None) -> int:
     world_args.add_argument("--seed", type=int, default=0)
     world_args.add_argument("--ask-at", type=int, nargs="*", default=[],
                             help="frame counts after which questions are asked (the end is always one)")
+    world_args.add_argument("--patrol", action="store_true",
+                            help="world mode: a patrol stream (docs/world.md), with Odometry on /odom and places.yaml")
+    world_args.add_argument("--patrol-places", type=int, default=6, help="patrol mode: how many places on the map")
     world_args.add_argument("--encoding", choices=("rgb8", "bgr8", "jpeg"),
                             help="world mode: how frames are sent (default: drawn from the seed, as the size is)")
     args = parser.parse_args(argv)
     try:
+        if args.patrol and not args.world:
+            raise ValueError("--patrol needs --world")
         if args.world:
             look = None
             if args.encoding or "--width" in (argv or sys.argv) or "--height" in (argv or sys.argv):
                 drawn = world.random_look(np.random.default_rng((args.seed, 0)))
                 look = world.Look(**{**drawn.__dict__, "width": args.width, "height": args.height,
                                      "encoding": args.encoding or drawn.encoding})
-            path = make_world_bag(args.path, args.seed, args.frames, args.ask_at, look, args.topic, args.storage,
-                                  overwrite=args.overwrite)
+            if args.patrol:
+                path = make_patrol_bag(args.path, args.seed, args.frames, args.ask_at, look, args.topic, args.storage,
+                                       overwrite=args.overwrite, place_count=args.patrol_places)
+            else:
+                path = make_world_bag(args.path, args.seed, args.frames, args.ask_at, look, args.topic, args.storage,
+                                      overwrite=args.overwrite)
             record = read_world_questions(path)
+            if args.patrol:
+                route = " -> ".join(record["patrol"]["route"])
+                print(f"patrol: {len(record['patrol']['places'])} places, route {route}; Odometry on {ODOM_TOPIC} "
+                      f"at {ODOM_RATE_HZ:g} Hz; {path / PLACES_FILE}")
             print(f"wrote {path}: world seed {args.seed}, {args.frames} frames at 1 fps on {record['world']['topic']} "
                   f"({record['world']['look']['width']}x{record['world']['look']['height']} "
                   f"{record['world']['look']['encoding']}, {args.storage}); {len(record['questions'])} questions "

@@ -7,6 +7,10 @@
 The messages are published as recorded (the CDR bytes from the bag), so stamps, encodings and
 padding are exactly the camera's. Timing follows the recording times, divided by ``--rate``.
 
+Odometry and pose topics in the bag (nav_msgs/Odometry, PoseStamped, PoseWithCovarianceStamped) are
+published too, each a little ahead of the frames it brackets (``POSE_LEAD_S``), as a robot's
+odometry, faster than its camera, would be: the node then interpolates every frame's pose.
+
 ``--lock-step`` waits, after each message, until streamcache_node acknowledges it on
 ``<namespace>/frame_acks`` (taken into memory, or skipped by sampling, or rejected), so the node
 sees every frame at any replay speed and its memory ends the same every run (docs/reliability.md,
@@ -28,6 +32,7 @@ from . import bagfile
 
 EXIT_NO_ACK, EXIT_BAD_INPUT, EXIT_NO_SUBSCRIBER = 1, 2, 3
 GRACE_S = 1.0  # once one topic is matched, how long the others get to match too
+POSE_LEAD_S = 0.5  # a pose is published before the frames stamped up to this much before it
 
 
 def parse_args(argv):
@@ -87,6 +92,8 @@ class Replayer:
         types = {bagfile.IMAGE: Image, bagfile.COMPRESSED: CompressedImage}
         qos = QoSProfile(depth=10, reliability=QoSReliabilityPolicy.RELIABLE)
         self.publishers = {topic: node.create_publisher(types[msgtype], topic, qos) for topic, msgtype in topics.items()}
+        self.poses: list = []  # (the bag's pose messages, in order) published ahead of the frames
+        self.pose_publishers = {}
         self.clock_pub = node.create_publisher(Clock, "/clock", qos) if args.clock else None
         self._clock_type = Clock
         self.acks = AckWaiter()
@@ -118,6 +125,35 @@ class Replayer:
             time.sleep(0.05)
         return list(self.publishers)
 
+    def add_poses(self, messages, topics: dict[str, str]) -> None:
+        import importlib  # noqa: PLC0415
+        from rclpy.qos import QoSProfile, QoSReliabilityPolicy  # noqa: PLC0415
+
+        qos = QoSProfile(depth=100, reliability=QoSReliabilityPolicy.RELIABLE)
+        for topic, msgtype in topics.items():
+            package, _, name = msgtype.split("/")
+            kind = getattr(importlib.import_module(f"{package}.msg"), name)
+            self.pose_publishers[topic] = self.node.create_publisher(kind, topic, qos)
+        self.poses = sorted(messages, key=lambda m: m.stamp_ns)
+
+    def _poses_until(self, stamp_ns: int, sent: int) -> int:
+        """Publishes the poses stamped up to ``stamp_ns`` + POSE_LEAD_S not yet sent; the new count."""
+        while sent < len(self.poses) and self.poses[sent].stamp_ns <= stamp_ns + POSE_LEAD_S * 1e9:
+            self.pose_publishers[self.poses[sent].topic].publish(self.poses[sent].rawdata)
+            sent += 1
+        return sent
+
+    def wait_for_pose_subscribers(self, timeout: float = 3.0) -> list[str]:
+        """Lock-step: the pose topics given a moment to be matched (a node looks a pose topic's type up
+        once a second), so the first frames have their poses too; the topics still unmatched."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            idle = [t for t, p in self.pose_publishers.items() if p.get_subscription_count() == 0]
+            if not idle:
+                return []
+            time.sleep(0.05)
+        return idle
+
     def publish_clock(self, stamp_ns: int) -> None:
         msg = self._clock_type()
         msg.clock.sec, msg.clock.nanosec = divmod(stamp_ns, 1_000_000_000)
@@ -126,7 +162,7 @@ class Replayer:
     def play(self, messages) -> tuple[int, int]:
         """Publish ``messages``; returns (published, acknowledged). Raises TimeoutError in lock-step
         when the node stops acknowledging."""
-        published = acknowledged = 0
+        published = acknowledged = poses_sent = 0
         start_wall = first_log = None
         for msg in messages:
             if start_wall is None:
@@ -138,6 +174,7 @@ class Replayer:
                     time.sleep(delay)
             if self.clock_pub is not None:
                 self.publish_clock(msg.log_time_ns)
+            poses_sent = self._poses_until(msg.stamp_ns, poses_sent)
             publisher = self.publishers[msg.topic]
             publisher.publish(msg.rawdata)
             published += 1
@@ -198,12 +235,18 @@ def main(argv: list[str] | None = None) -> int:
     code = 0
     try:
         replayer = Replayer(node, args, topics)
+        pose_topics = bagfile.pose_topics(bag)
+        if pose_topics:
+            replayer.add_poses(bagfile.read_poses(bag, list(pose_topics)), pose_topics)
         idle = replayer.wait_for_subscribers()
         if len(idle) == len(topics):
             print(f"streamcache-replay: nobody subscribed to {', '.join(topics)}"
                   f"{' (or ' + replayer.ack_topic + ' has no publisher)' if replayer.ack_topic else ''} "
                   f"within {args.wait:.0f} s", file=sys.stderr)
             return EXIT_NO_SUBSCRIBER
+        if args.lock_step and replayer.pose_publishers and replayer.wait_for_pose_subscribers() and not args.quiet:
+            print(f"[replay] nobody subscribed to {', '.join(replayer.pose_publishers)}: poses published anyway",
+                  flush=True)
         if idle and args.lock_step:  # nobody would acknowledge them
             print(f"[replay] nobody subscribed to {', '.join(idle)}: not replayed", flush=True)
             topics = {t: m for t, m in topics.items() if t not in idle}

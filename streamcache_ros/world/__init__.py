@@ -20,6 +20,8 @@ No ROS and no torch here: the bag writer, the trainer and the accuracy benchmark
 from __future__ import annotations
 
 from .fixed import (FIXED_STREAM_SEED, FIXED_STREAM_SEGMENT_FRAMES, fixed_look, world_frame, world_frames)
+from .patrol import (MAP_FRAME, PLACE_NAMES, ChainedPatrolStream, MapPlace, PatrolStream, make_long_patrol_stream,
+                     make_patrol_stream, patrol_map, places_yaml)
 from .questions import (ask_now_color, ask_now_count, ask_first_color, ask_first_shape, ask_seen,
                         ask_now_shape, ask_seen_in_window, ask_seen_hard_negative, comparison_questions,
                         ask_before_color, ask_moved, ask_last_seen, ask_first_seen, ASKERS)
@@ -29,11 +31,12 @@ from .truth import (COLOURS, COLOUR_NAMES, SHAPES, ENCODINGS, NAMED_SIZES, OPTIO
                     LONG_MEMORY_KINDS, WINDOW_KINDS, QUESTION_TEXT, SEEN_PROBE, STABLE_FRAMES, FRAME_PERIOD_S,
                     ObjectView, Move, Recolour, Question, Look, random_look)
 
-__all__ = ["ASKERS", "COLOURS", "COLOUR_NAMES", "ChainedStream", "ENCODINGS", "FIXED_STREAM_SEED",
-           "FIXED_STREAM_SEGMENT_FRAMES", "FRAME_PERIOD_S", "HOUR_FRAMES", "LONG_MEMORY_KINDS", "Look", "Move",
-           "NAMED_SIZES", "OPTION_KINDS", "ObjectView", "QUESTION_KINDS", "QUESTION_TEXT", "Question",
-           "Recolour", "SEEN_PROBE", "SHAPES", "STABLE_FRAMES", "WINDOW_KINDS", "WorldStream",
-           "ask_before_color", "ask_first_color", "ask_first_seen", "ask_first_shape", "ask_last_seen",
-           "ask_moved", "ask_now_color", "ask_now_count", "ask_now_shape", "ask_seen",
-           "ask_seen_hard_negative", "ask_seen_in_window", "comparison_questions", "draw_shape", "fixed_look",
-           "kept_out", "make_long_stream", "make_stream", "random_look", "world_frame", "world_frames"]
+__all__ = ["ASKERS", "COLOURS", "COLOUR_NAMES", "ChainedPatrolStream", "ChainedStream", "ENCODINGS",
+           "FIXED_STREAM_SEED", "FIXED_STREAM_SEGMENT_FRAMES", "FRAME_PERIOD_S", "HOUR_FRAMES", "LONG_MEMORY_KINDS",
+           "Look", "MAP_FRAME", "MapPlace", "Move", "NAMED_SIZES", "OPTION_KINDS", "ObjectView", "PLACE_NAMES",
+           "PatrolStream", "QUESTION_KINDS", "QUESTION_TEXT", "Question", "Recolour", "SEEN_PROBE", "SHAPES",
+           "STABLE_FRAMES", "WINDOW_KINDS", "WorldStream", "ask_before_color", "ask_first_color", "ask_first_seen",
+           "ask_first_shape", "ask_last_seen", "ask_moved", "ask_now_color", "ask_now_count", "ask_now_shape",
+           "ask_seen", "ask_seen_hard_negative", "ask_seen_in_window", "comparison_questions", "draw_shape",
+           "fixed_look", "kept_out", "make_long_patrol_stream", "make_long_stream", "make_patrol_stream",
+           "make_stream", "patrol_map", "places_yaml", "random_look", "world_frame", "world_frames"]

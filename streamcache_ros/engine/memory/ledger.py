@@ -16,7 +16,9 @@ It never touches tensors of the cache: the Session hands it the cache's per-unit
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
 
 import torch
 
@@ -32,19 +34,54 @@ class UnitInfo:
     tokens: int = 0  # the unit's tokens when it arrived, per layer (H2SVC: per KV head); 0: a snapshot from before this was kept
 
 
+STAMP_TOLERANCE = 1e-4  # a frame's stamp as the archive's JSON gives it back
+
+
 @dataclass(frozen=True)
 class Window:
-    """A question's time window, both ends inside; open ends are infinities."""
+    """A question's time window, both ends inside; open ends are infinities. ``frames``: under a
+    place, the stamps of the frames taken inside it (sorted), the only ones the window holds
+    (docs/places.md "Questions limited to a place")."""
 
     since: float = -math.inf
     until: float = math.inf
+    frames: np.ndarray | None = field(default=None, compare=False, repr=False)
 
     @staticmethod
     def describe(stamp: float) -> str:
         return "the start" if stamp == -math.inf else "now" if stamp == math.inf else f"{stamp:.3f}"
 
     def holds(self, stamp: float) -> bool:
-        return self.since <= stamp <= self.until
+        if not self.since <= stamp <= self.until:
+            return False
+        if self.frames is None:
+            return True
+        i = int(np.searchsorted(self.frames, stamp - STAMP_TOLERANCE))
+        return i < len(self.frames) and self.frames[i] <= stamp + STAMP_TOLERANCE
+
+    def mask(self, stamps: np.ndarray) -> np.ndarray:
+        """``holds`` of every stamp of ``stamps``, at once."""
+        stamps = np.asarray(stamps, float)
+        inside = (stamps >= self.since) & (stamps <= self.until)
+        if self.frames is not None and len(stamps):
+            if not len(self.frames):
+                return np.zeros(len(stamps), bool)
+            i = np.minimum(np.searchsorted(self.frames, stamps - STAMP_TOLERANCE), len(self.frames) - 1)
+            inside &= np.abs(self.frames[i] - stamps) <= STAMP_TOLERANCE
+        return inside
+
+    def around(self, stamps) -> "Window":
+        """This window as a replay of the frames ``stamps`` reads it: their span, with the frames
+        the window holds among them (all of them without a place)."""
+        held = [float(s) for s in stamps if self.holds(float(s))]
+        if not held:
+            return Window(self.since, self.until, self.frames)
+        return Window(max(self.since, min(held)), min(self.until, max(held)),
+                      None if self.frames is None else np.asarray(sorted(held)))
+
+    @property
+    def placed(self) -> bool:
+        return self.frames is not None
 
     def bounds(self) -> tuple[float, float]:
         return self.since, self.until

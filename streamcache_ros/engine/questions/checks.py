@@ -34,9 +34,12 @@ def checked_frame(frame) -> np.ndarray:
     return np.ascontiguousarray(frame)
 
 
-def checked_window(since: float | None, until: float | None) -> Window | None:
+def checked_window(since: float | Window | None, until: float | None) -> Window | None:
     """The window with open ends as infinities, or None without one; QuestionError for a window
-    that cannot hold a frame."""
+    that cannot hold a frame. A ``since`` that is a Window already (a place's, docs/places.md) is
+    the window, as it is."""
+    if isinstance(since, Window):
+        return since
     if since is None and until is None:
         return None
     low, high = (-math.inf if since is None else float(since)), (math.inf if until is None else float(until))

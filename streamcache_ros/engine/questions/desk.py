@@ -28,10 +28,11 @@ from ..errors import ChunkError, QuestionError
 from ..memory.ledger import Selection, UnitLedger, Window
 from ..recall.tier import MemoryTier, Replay
 from ..status import Answer, ChunkReport, EvidenceFrame, Exchange, MemoryCounts, WatchAnswer, WhenAnswer
-from . import answer_kinds, checks
+from ..places import Place
+from . import answer_kinds, checks, places
 from . import when as when_search
 from .answering import YES_NO, QuestionRunner
-from .moment import YES, MomentSettings, confirm_moment, find_moment
+from .moment import YES, MomentSettings, asked, confirm_moment, find_moment
 from .turns import TurnLock
 
 # a "Did you see ...?" answered no reports at most this P(yes): the best a verification that did not
@@ -63,11 +64,29 @@ class QuestionDesk:
     def ask(self, question: str, options: list[str] | tuple[str, ...] = (), camera: str = "",
             max_new_tokens: int = 0, on_text: Callable[[str, str], None] | None = None,
             should_stop: Callable[[], bool] | None = None, since: float | None = None,
-            until: float | None = None, evidence_k: int | None = None) -> Answer:
+            until: float | None = None, evidence_k: int | None = None, where: Place | None = None) -> Answer:
         """``Session.ask``: see there."""
+        since, until, in_place = self._placed(camera, since, until, where)
         answer = self._ask(question, options, camera, max_new_tokens, on_text, should_stop, since, until, evidence_k)
         holes = self.tier.holes_in(checks.resolved_camera(camera, self.config.cameras), checks.checked_window(since, until))
+        answer = places.answer_with_poses(self.tier, answer, in_place)
         return dataclasses.replace(answer, holes=holes, evicted_before=answer.evicted_before or bool(holes))
+
+    def _placed(self, camera: str, since, until, where: Place | None):
+        """(since, until, the frames the place holds): under a place, ``since`` the window it limits
+        (``checks.checked_window`` takes it as it is) and ``until`` None."""
+        if where is None:
+            return since, until, 0
+        camera = checks.resolved_camera(camera, self.config.cameras)
+        window = checks.checked_window(since, until)
+        with self.lock.question():  # the frames waiting for their chunk are archived first: their poses count
+            try:
+                self.flush()
+            except ChunkError as err:
+                if not err.position_range:
+                    raise
+        window, in_place = places.scoped(self.tier, camera, window, where)
+        return window, None, in_place
 
     def _ask(self, question, options, camera, max_new_tokens, on_text, should_stop, since, until, evidence_k) -> Answer:
         started = time.perf_counter()
@@ -172,9 +191,10 @@ class QuestionDesk:
 
     # -- when -------------------------------------------------------------------------------------
     def when(self, question: str, mode: str = "last", camera: str = "", since: float | None = None,
-             until: float | None = None) -> WhenAnswer:
+             until: float | None = None, where: Place | None = None) -> WhenAnswer:
         """``Session.when``: see there."""
-        found = self._when(question, mode, camera, since, until)
+        since, until, in_place = self._placed(camera, since, until, where)
+        found = places.when_with_pose(self.tier, self._when(question, mode, camera, since, until), in_place)
         holes = self.tier.holes_in(checks.resolved_camera(camera, self.config.cameras), checks.checked_window(since, until))
         mode = str(mode or "last").strip().lower()
         if not found.found:
@@ -256,7 +276,7 @@ class QuestionDesk:
             span = window
             for _ in range(WALK_REJECTIONS + 1):
                 try:
-                    found = replay.session.when(question, mode, camera, *span.as_asked())
+                    found = replay.session.when(question, mode, camera, *asked(span, replay))
                 except QuestionError:  # past the moment passed over, this replay holds no frame: not here
                     found = dataclasses.replace(found, found=False)
                     break
@@ -270,8 +290,8 @@ class QuestionDesk:
                 # not confirmed: the search goes on past that moment's chunk, in this replay
                 held = next((r for r in replay.chunks if r.first_stamp <= found.stamp <= r.last_stamp), None)
                 edge = held.first_stamp if held is not None else found.stamp
-                span = (Window(span.since, edge - 1e-6) if mode == "last" else
-                        Window((held.last_stamp if held is not None else found.stamp) + 1e-6, span.until))
+                span = (Window(span.since, edge - 1e-6, span.frames) if mode == "last" else
+                        Window((held.last_stamp if held is not None else found.stamp) + 1e-6, span.until, span.frames))
                 found = dataclasses.replace(found, found=False, yes_probability=confirmed)
                 if span.since > span.until:
                     break

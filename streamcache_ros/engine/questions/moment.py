@@ -85,7 +85,7 @@ def find_moment(tier: MemoryTier, question: str, mode: str, camera: str, window:
     search.frames = int(inside.sum())
     seen = sightings(wide.probability, encoder.settings.threshold, encoder.settings.min_run) & inside
     if mode == "timeline":
-        scores = wide.inside(window.since, window.until)
+        scores = wide.inside(window.since, window.until, window.mask(wide.stamps) if window.placed else None)
         above = np.flatnonzero(seen[inside])
         last = int(above[-1]) if len(above) else -1
         p = float(scores.probability[last]) if last >= 0 else float(scores.probability.max(initial=0.0))
@@ -168,11 +168,19 @@ def _confirm(tier: MemoryTier, question: str, camera: str, replay, search: _Sear
     its chunk left the archive meanwhile."""
     if replay is None:
         return None, ""
-    since, until = search.window.as_asked()
+    since, until = asked(search.window, replay)
     reply = replay.session.ask(question, list(YES_NO), camera, since=since, until=until, evidence_k=0)
     search.replayed, search.asked = search.replayed + 1, search.asked + 1
     p = float(reply.option_probabilities[0]) if reply.option_probabilities else float(reply.option_index == 0)
     return p, replay.chunks[0].camera
+
+
+def asked(window: Window, replay) -> tuple:
+    """(since, until) a replay is asked over: the window's, or under a place the window itself,
+    limited to the replay's frames (``Window.around``), which its session takes as it is."""
+    if not window.placed:
+        return window.as_asked()
+    return window.around([s for row in replay.chunks for s in row.stamps]), None
 
 
 def confirm_moment(tier: MemoryTier, question: str, camera: str, stamp: float, window: Window) -> float | None:
@@ -232,7 +240,7 @@ def _search_replay(replay, question: str, camera: str, search: _Search) -> WhenA
     None when the chunk left the archive meanwhile."""
     if replay is None:
         return None
-    found = replay.session.when(question, search.mode, camera, *search.window.as_asked())
+    found = replay.session.when(question, search.mode, camera, *asked(search.window, replay))
     search.replayed, search.asked = search.replayed + 1, search.asked + found.questions_asked
     if not found.found:
         return search.answer(False, p=found.yes_probability, found_by="walk")

@@ -31,6 +31,7 @@ from ..adapters.models import RETRIEVAL_DIR, is_world_model
 from ..cache import CachePolicy
 from ..cache.evidence import retention
 from ..memory.ledger import UnitLedger, Window
+from ..places import PoseTrack
 from ..errors import QuestionError
 from ..status import Hole, IndexStatus, MemoryCounts, MemoryTimeline
 from .archive import Archive, ArchivedChunk, EncodedChunk, question_vector
@@ -94,6 +95,7 @@ class MemoryTier:
         self.parts: dict[str, tuple[list, list[int], list[int]]] = {}
         self.chunk_frames = 0  # 0: parts stay as they are
         self.encode_whole = None  # (camera, frames) -> EncodedChunk: the vision encoder alone
+        self.poses: PoseTrack | None = None  # where the robot was: each archived frame's pose (docs/places.md)
         self.incomplete_answers = 0  # answers that could not read every part of their window (the desk counts)
 
     # -- the archive ------------------------------------------------------------------------------
@@ -175,6 +177,9 @@ class MemoryTier:
     def _as_kept(self, chunk: EncodedChunk, frames) -> EncodedChunk:
         """``chunk`` as the archive keeps it: as it is, or with archive_content frames (and its frames
         at hand) its frames' JPEGs at the model's input size in place of its embeddings."""
+        if self.poses is not None:
+            chunk = dataclasses.replace(chunk, poses=self.poses.for_frames(chunk.stamps, chunk.camera),
+                                        pose_frame=self.poses.frame_id)
         content = self.archive.settings.content
         if content == "embeddings" or not frames or len(frames) != len(chunk.stamps) or chunk.needs_encoding:
             return chunk
@@ -233,8 +238,18 @@ class MemoryTier:
         share of its tokens each layer (and each H2SVC bank) still holds."""
         layer_tokens, layer_rows, bank_tokens, bank_rows = retention(self.policy.layer_stores(), self.ledger.next_unit)
         frames = self.ledger.timeline(layer_tokens, layer_rows, bank_tokens, bank_rows, camera)
+        poses = self.poses_of([f.stamp for f in frames], [f.camera for f in frames])
+        frames = [dataclasses.replace(f, pose=pose) for f, pose in zip(frames, poses)]
         banks = [bank_names[b] if b < len(bank_names) else str(b) for b in sorted(bank_tokens)]
         return MemoryTimeline(self.policy.name, len(layer_rows), banks, frames, self.holes_in(camera, None))
+
+    def poses_of(self, stamps: list[float], cameras: list[str]) -> list:
+        """Each frame's pose: as the archive keeps it, else as the pose source gives it now (a frame
+        in the working memory with the archive off); None where none (docs/places.md)."""
+        found = self.archive.poses_at(stamps, cameras) if self.archive is not None and stamps else [None] * len(stamps)
+        if self.poses is not None:
+            found = [pose if pose is not None else self.poses.at(stamp) for pose, stamp in zip(found, stamps)]
+        return found
 
     # -- planning a question -----------------------------------------------------------------------
     def plan_ask(self, ids: list[int], camera: str, window: Window | None, clock: int | None,
@@ -250,9 +265,10 @@ class MemoryTier:
         if window is not None:
             if not self._archive_reaches(window, camera, whole_since):
                 return None
-            held = self.archive.rows(window.since, window.until, camera)
-            rows = self.archive.window(window.since, window.until, camera, **self._ranking(ids, clock, question,
-                                                                                          camera, window, len(held)))
+            keep = (lambda row: any(window.holds(s) for s in row.stamps)) if window.placed else None
+            held = [row for row in self.archive.rows(window.since, window.until, camera) if keep is None or keep(row)]
+            rows = self.archive.window(window.since, window.until, camera, keep=keep, **self._ranking(
+                ids, clock, question, camera, window, len(held)))
             return self._replay(rows, recalled=0, left_out=len(held) - len(rows))
         # a question with no window reads the day whenever the archive reaches past the working
         # memory, and always when that holds nothing of the camera (a node restarted on its archive)
@@ -274,6 +290,8 @@ class MemoryTier:
             return {"question": None}
         scores = self.index_scores(question, camera, window) if question else None
         if scores is not None:
+            if scores.within is not None:  # a place: its frames' scores alone rank their chunks
+                scores = scores.inside(window.since, window.until, scores.within)
             return {"question": None, "chunk_scores": best_by_chunk(scores)}
         return {"question": self._question(ids, clock)}
 
@@ -290,6 +308,8 @@ class MemoryTier:
         if ranked is None:
             return None
         stamps, chunk_ids, cameras, cosine, within = ranked
+        if window.placed:  # a place: the window's frames taken inside it (docs/places.md)
+            within = window.mask(stamps) if within is None else within & window.mask(stamps)
         return FrameScores(stamps, chunk_ids, self.encoder.probability(cosine), cameras, within)
 
     def replay_chunks(self, chunk_ids: list[int], scores: FrameScores) -> Replay | None:
@@ -310,6 +330,8 @@ class MemoryTier:
         scores = self.index_scores(question, camera, window) if k > 0 else None
         if scores is None:
             return []
+        if scores.within is not None:  # a place: its frames alone
+            scores = scores.inside(window.since, window.until, scores.within)
         best = [int(i) for i in np.argsort(-scores.probability, kind="stable")[:k]
                 if scores.probability[i] >= self.encoder.settings.threshold]
         return [(float(scores.stamps[i]), "" if scores.cameras is None else str(scores.cameras[i]),

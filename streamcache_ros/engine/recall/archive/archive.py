@@ -10,7 +10,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...errors import ArchiveError, ArchiveMismatch
+from ...places import Place, Pose
+from . import poses
 from .chunk_store import ChunkStore
+from .poses import PosedFrames
 from .keys import relevance
 from .plan import question_plan, window_plan
 from .record import ArchivedChunk, EncodedChunk
@@ -154,10 +157,13 @@ class Archive:
         return self.store.newest_stamp(since, until, camera)
 
     def window(self, since: float = -math.inf, until: float = math.inf, camera: str = "",
-               question: np.ndarray | None = None, chunk_scores: dict[int, float] | None = None) -> list[ArchivedChunk]:
+               question: np.ndarray | None = None, chunk_scores: dict[int, float] | None = None,
+               keep=None) -> list[ArchivedChunk]:
         """The chunks a question over since..until replays (``window_plan``), oldest first, ranked
-        by ``chunk_scores`` (the index's, by chunk id) or else by the keys against ``question``."""
+        by ``chunk_scores`` (the index's, by chunk id) or else by the keys against ``question``;
+        only those ``keep(row)`` is true of, when given (a place's)."""
         rows = self.store.rows(since, until, camera, with_keys=question is not None and chunk_scores is None)
+        rows = rows if keep is None else [row for row in rows if keep(row)]
         scores = self._ranked(rows, question, chunk_scores)
         return window_plan(rows, scores, self.settings.max_replay_chunks)
 
@@ -271,6 +277,24 @@ class Archive:
     def thumbnails_between(self, since: float = -math.inf, until: float = math.inf,
                            camera: str = "") -> list[Thumbnail]:
         return self.store.thumbnails_between(since, until, camera)
+
+    # -- where: the poses kept with the frames (poses.py) ----------------------------------------------
+    def frames_in_place(self, place: Place, since: float = -math.inf, until: float = math.inf,
+                        camera: str = "") -> PosedFrames:
+        return poses.frames_in_place(self.store.reader, place, since, until, camera)
+
+    def posed_frames(self, since: float = -math.inf, until: float = math.inf, camera: str = "") -> PosedFrames:
+        return poses.posed_frames(self.store.reader, since, until, camera)
+
+    def nearest_pass(self, place: Place, since: float = -math.inf, until: float = math.inf,
+                     camera: str = "") -> tuple[float, float] | None:
+        return poses.nearest_pass(self.store.reader, place, since, until, camera)
+
+    def poses_at(self, stamps: list[float], cameras: list[str] | None = None) -> list[Pose | None]:
+        return poses.poses_at(self.store.reader, stamps, cameras)
+
+    def pose_counts(self) -> tuple[int, int]:
+        return poses.pose_counts(self.store.reader)
 
     def clear(self) -> int:
         """Forget every archived chunk and hole; returns the chunks deleted."""

@@ -35,6 +35,10 @@ class EncodedChunk:
     # archive_content frames: every frame's JPEG at the model's input size, kept in place of ``embeds``
     # and ``rel_positions`` (then None), encoded again when the chunk is replayed
     frames: list[bytes] | None = None
+    # where the robot was at each frame: [x, y, z, qx, qy, qz, qw] in ``pose_frame``, None for a frame
+    # with no pose near its stamp; None: no pose source (docs/places.md)
+    poses: list[list[float] | None] | None = None
+    pose_frame: str = ""
 
     @property
     def needs_encoding(self) -> bool:
@@ -121,13 +125,15 @@ def packed_row(chunk: EncodedChunk, key: np.ndarray | None, dtype: str) -> dict:
         vectors16 = np.asarray(chunk.frame_vectors, dtype=np.float16)
         vectors_blob, vectors_shape = vectors16.tobytes(), json.dumps(list(vectors16.shape))
     thumbs_blob, thumbs_sizes = pack_thumbnails(chunk.thumbnails)
+    poses = json.dumps(chunk.poses) if chunk.poses is not None and any(p is not None for p in chunk.poses) else None
     # the thumbnails count in the bound: archive_max_bytes bounds what is on disk (docs/show.md)
     size = (len(embeds) + len(positions) + len(key_blob or b"") + len(vectors_blob or b"") + len(thumbs_blob or b"")
-            + len(frames_blob or b""))
+            + len(frames_blob or b"") + len(poses or ""))
     return {"camera": chunk.camera, "first_stamp": min(chunk.stamps), "last_stamp": max(chunk.stamps),
             "stamps": json.dumps(chunk.stamps), "unit_frames": json.dumps([list(u) for u in chunk.unit_frames]),
             "tokens_per_unit": chunk.tokens_per_unit, "embeds": embeds, "embeds_shape": embeds_shape,
             "positions": positions, "positions_shape": positions_shape, "retrieval_key": key_blob,
             "key_shape": key_shape, "pinned": 0, "bytes": size, "frame_vectors": vectors_blob,
             "vectors_shape": vectors_shape, "thumbnails": thumbs_blob, "thumbnail_sizes": thumbs_sizes,
-            "frames": frames_blob, "frame_sizes": frame_sizes}
+            "frames": frames_blob, "frame_sizes": frame_sizes, "poses": poses,
+            "pose_frame": chunk.pose_frame if poses is not None else None}

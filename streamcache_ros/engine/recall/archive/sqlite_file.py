@@ -59,7 +59,9 @@ CREATE TABLE IF NOT EXISTS chunks (
     thumbnails BLOB,                   -- every frame's JPEG, concatenated (docs/show.md)
     thumbnail_sizes TEXT,              -- JSON: each frame's JPEG byte count, 0 for none
     frames BLOB,                       -- archive_content frames: every frame's JPEG at the model's input
-    frame_sizes TEXT                   --   size, in place of the embeddings (docs/archive.md "What a chunk keeps")
+    frame_sizes TEXT,                  --   size, in place of the embeddings (docs/archive.md "What a chunk keeps")
+    poses TEXT,                        -- JSON: every frame's [x, y, z, qx, qy, qz, qw] or null (docs/places.md)
+    pose_frame TEXT                    --   the frame they are in
 );
 CREATE INDEX IF NOT EXISTS chunks_by_stamp ON chunks (last_stamp);
 -- rows come oldest first: the first of a span (holds, the oldest stamp) without sorting a day
@@ -73,6 +75,23 @@ CREATE TABLE IF NOT EXISTS holes (
     reason TEXT NOT NULL,              -- bound | disk | down
     chunks INTEGER NOT NULL DEFAULT 0  -- chunks lost in it (0: unknown, the node was down)
 );
+"""
+# the floor each chunk's frames were taken on, an R*Tree beside the rows: a place question reads the
+# chunks whose extent meets its disc, not a day's rows. Triggers keep it in each chunk's own
+# transaction, whatever writes or deletes the row (append, merge, bound, reset, salvage).
+PLACES_SCHEMA = """
+CREATE VIRTUAL TABLE IF NOT EXISTS chunk_extent USING rtree(id, min_x, max_x, min_y, max_y);
+CREATE TRIGGER IF NOT EXISTS chunk_extent_added AFTER INSERT ON chunks
+WHEN new.poses IS NOT NULL AND EXISTS (SELECT 1 FROM json_each(new.poses) WHERE type = 'array')
+BEGIN
+    INSERT INTO chunk_extent SELECT new.id, min(json_extract(value, '$[0]')), max(json_extract(value, '$[0]')),
+        min(json_extract(value, '$[1]')), max(json_extract(value, '$[1]')) FROM json_each(new.poses)
+        WHERE type = 'array';
+END;
+CREATE TRIGGER IF NOT EXISTS chunk_extent_gone AFTER DELETE ON chunks
+BEGIN
+    DELETE FROM chunk_extent WHERE id = old.id;
+END;
 """
 
 
@@ -129,6 +148,10 @@ def open_db(path: pathlib.Path, sync: str = "normal") -> sqlite3.Connection:
                    "frame_sizes TEXT"):
         if column.split()[0] not in columns:
             db.execute(f"ALTER TABLE chunks ADD COLUMN {column}")
+    for column in ("poses TEXT", "pose_frame TEXT"):  # files from before poses: their frames have none
+        if column.split()[0] not in columns:
+            db.execute(f"ALTER TABLE chunks ADD COLUMN {column}")
+    db.executescript(PLACES_SCHEMA)
     return db
 
 

@@ -27,8 +27,9 @@ class FrameScores:
     def __len__(self) -> int:
         return len(self.stamps)
 
-    def inside(self, since: float, until: float) -> "FrameScores":
-        keep = (self.stamps >= since) & (self.stamps <= until)
+    def inside(self, since: float, until: float, keep: np.ndarray | None = None) -> "FrameScores":
+        """The frames of since..until, or those ``keep`` marks (a place's: ``Window.mask``)."""
+        keep = (self.stamps >= since) & (self.stamps <= until) if keep is None else keep
         return FrameScores(self.stamps[keep], self.chunk_ids[keep], self.probability[keep],
                            None if self.cameras is None else self.cameras[keep])
 

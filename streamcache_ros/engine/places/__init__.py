@@ -1,0 +1,8 @@
+"""Where: the robot's pose at every frame, and places a question can be limited to (docs/places.md).
+
+No ROS here: the node feeds poses in (from an odometry / pose topic, or TF), the archive keeps one
+per frame, and a question's place becomes the time spans the robot spent inside it."""
+from .pose import Pose, PoseTrack
+from .place import Place, PlaceError, load_places, spans_inside
+
+__all__ = ["Pose", "PoseTrack", "Place", "PlaceError", "load_places", "spans_inside"]
