@@ -56,15 +56,18 @@ def demo_look():
 
 
 def make_demo_bag(path: pathlib.Path) -> pathlib.Path:
-    from .bagfile import make_world_bag  # noqa: PLC0415
+    from .bagfile import make_patrol_bag  # noqa: PLC0415
 
-    return make_world_bag(path, DEMO_SEED, DEMO_FRAMES, look=demo_look(), overwrite=True)
+    # a patrol (docs/world.md "The patrol world"): the frames of a world stream and the robot's odometry
+    return make_patrol_bag(path, DEMO_SEED, DEMO_FRAMES, look=demo_look(), overwrite=True)
 
 
 def ensure_bag(path: pathlib.Path) -> None:
     from .bagfile import WORLD_QUESTIONS_FILE  # noqa: PLC0415
 
-    if (path / "metadata.yaml").is_file() and (path / WORLD_QUESTIONS_FILE).is_file():
+    record = path / WORLD_QUESTIONS_FILE
+    # a demo bag from before the patrol (no odometry) is made again
+    if (path / "metadata.yaml").is_file() and record.is_file() and '"patrol"' in record.read_text():
         return
     print(f"making the demo bag {path} (a shape-world stream: {DEMO_FRAMES} frames at 1 fps)", flush=True)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -144,6 +147,32 @@ def show_when(client, record: dict) -> None:
         print(f"  when {mode}: {q['probe']}\n      found: {shown} (P(yes) {r.yes_probability:.2f}, "
               f"{r.questions_asked} windows, {r.total_ms:.0f} ms)   truth: {truth:.0f} s   {mark} "
               f"(within ±{WHEN_TOLERANCE_S:g} s)")
+
+
+def show_where(client, record: dict) -> None:
+    """"Where did you last see X?": a `when` that returns the pose of the frame found, beside the
+    robot's true pose then and the place it was in (docs/places.md)."""
+    patrol = record.get("patrol")
+    q = next((q for q in record["questions"] if q["kind"] == "last_seen" and q.get("probe")), None)
+    if patrol is None or q is None:
+        return
+    r = client.when(q["probe"], "last")
+    truth_index = round((q["answer_stamp_ns"] - record["world"]["start_ns"]) / 1e9)
+    tx, ty, _ = patrol["poses"][truth_index]
+    place = patrol["place_at"][truth_index] or "between places"
+    print("\nwhere, from the pose archived with the frame found (a `when`, mode last):")
+    if not (r.success and r.found and r.has_pose):
+        print(f"  where: {q['probe']}  {r.error_message or 'not found, or that frame has no pose'}")
+        return
+    p = r.pose.pose.position
+    off = ((p.x - tx) ** 2 + (p.y - ty) ** 2) ** 0.5
+    print(f"  where did you last see it? {q['probe']}\n      found: x={p.x:.2f} y={p.y:.2f} ({r.pose.header.frame_id}) "
+          f"at {time_s(r.stamp):.0f} s   truth: x={tx:.2f} y={ty:.2f}, {place}   "
+          f"{'right' if off <= 1.0 else 'WRONG'} ({off:.2f} m off; within 1 m)")
+    inside = client.when(q["probe"], "last", place=place) if patrol["place_at"][truth_index] else None
+    if inside is not None:
+        print(f"      limited to {place}: {'found' if inside.found else 'not found'} "
+              f"({inside.frames_in_place} of {inside.frames_in_window} frames were taken there)")
 
 
 class PlainProcesses:
@@ -231,6 +260,8 @@ def main(argv: list[str] | None = None) -> int:
     bag = (args.bag or default_bag()).resolve()
     ensure_bag(bag)
     overrides = {} if args.budget is None else {"budget_tokens": args.budget}
+    if args.bag is None:  # the demo bag's odometry and map: every frame's pose, its named places
+        overrides.update(pose_topic="/odom", places_file=str(bag / "places.yaml"))
     if args.policy:
         overrides["policy"] = args.policy
     if args.model:
@@ -331,6 +362,7 @@ def run_demo(client, processes, bag: pathlib.Path) -> int:
         result = client.ask_streaming(question, max_new_tokens=8, on_text=show)
         print(f"\n     ({len(pieces)} feedback messages; result success={result.success}, truth {shown['answer']!r})")
     show_when(client, record)
+    show_where(client, record)
     refused = client.ask("What color is the circle now?", camera="/no/such/camera")
     print(f"\na question about an unknown camera is refused: success={refused.success}, "
           f"error_message={refused.error_message!r}")

@@ -14,7 +14,8 @@ from launch.substitutions import LaunchConfiguration
 PACKAGE = "streamcache_ros"
 # launch argument -> (parameter, type); '' leaves the parameter to the YAML files
 OVERRIDES = {"camera_topics": list, "model_path": str, "policy": str, "budget_tokens": int, "device": str,
-             "sample_fps": float, "memory_snapshot_path": str, "watch_questions": list}
+             "sample_fps": float, "memory_snapshot_path": str, "watch_questions": list, "pose_topic": str,
+             "places_file": str}
 KIND_WORDS = {int: "an integer", float: "a number", bool: "true or false", list: "a YAML list, e.g. \"['a', 'b']\"",
               "numbers": "a YAML list of numbers, e.g. \"[1, 2]\""}
 DEFAULT_CAMERA_TOPICS = ["/camera/image_raw"]  # the node's own default (node/params.py)
@@ -62,6 +63,10 @@ def node_arguments() -> list[DeclareLaunchArgument]:
         DeclareLaunchArgument("watch_questions", default_value="",
                               description="standing yes/no questions, a YAML list: \"['Did you see a red circle?']\" "
                                           "('' = from the YAML; \"[]\" = none)"),
+        DeclareLaunchArgument("pose_topic", default_value="",
+                              description="odometry / pose topic giving every frame its pose ('' = from the YAML)"),
+        DeclareLaunchArgument("places_file", default_value="",
+                              description="named places a question can be limited to ('' = from the YAML)"),
         DeclareLaunchArgument("use_sim_time", default_value="false",
                               description="the node's clock from /clock (a player that publishes one); "
                                           "replay.launch.py: always true"),
