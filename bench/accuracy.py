@@ -179,6 +179,12 @@ def make_session(adapter, policy: str, knobs: dict, head_map_path: str = ""):
 
 
 # -- running streams ---------------------------------------------------------------------------------
+# the world the streams are drawn from: the shape world, or the patrol world (docs/world.md "The patrol
+# world": the same frames' rules, what is in view decided by where the robot is)
+STREAMS = {"shape": world.make_stream, "patrol": world.make_patrol_stream}
+WORLD_KIND = ["shape"]
+
+
 def run_stream(adapter, seed: int, points: list[int], fractions: dict[str, float], head_map_path: str,
                per_kind: int, policies: tuple[str, ...], reference_fraction: float = 1 / 8,
                max_new_tokens: int = 0, kinds: tuple[str, ...] = SCORED_KINDS, windows: int = 0,
@@ -195,7 +201,7 @@ def run_stream(adapter, seed: int, points: list[int], fractions: dict[str, float
     ``budget_tokens``: every bounded policy holds the prefix and this many video tokens per layer
     (the node's ``budget_tokens``) instead of a fraction of the full cache."""
     length = max(points)
-    stream = world.make_stream(seed, length, question_points=points)
+    stream = STREAMS[WORLD_KIND[0]](seed, length, question_points=points)
     g = geometry_for(adapter, stream.look, head_map_path)
     full_longest = g.prefix + math.ceil((longest or max(LENGTHS)) / g.frames_per_unit) * g.tokens_per_unit
     sessions = []
@@ -557,6 +563,8 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default=DEFAULT_MODEL)
     parser.add_argument("--policies", nargs="+", default=list(POLICIES))
+    parser.add_argument("--world", choices=tuple(STREAMS), default="shape",
+                        help="the streams' world: shape (default) or patrol (docs/world.md)")
     parser.add_argument("--lengths", nargs="+", type=int, default=list(LENGTHS))
     parser.add_argument("--fraction", type=float, default=1 / 8, help="bounded bytes / full bytes at the longest length")
     parser.add_argument("--min-questions", type=int, default=100, help="per cell (kind x length x policy)")
@@ -586,6 +594,7 @@ def main(argv=None) -> int:
     parser.add_argument("--node-only", action="store_true",
                         help="only the check through the node; its result replaces 'node' in the existing JSON")
     args = parser.parse_args(argv)
+    WORLD_KIND[0] = args.world
     kinds = SCORED_KINDS + (() if args.no_time else WHEN_KINDS)
     adapter = load(args.model)
     from streamcache_ros.engine.adapters import read_model_settings  # noqa: PLC0415
@@ -654,7 +663,7 @@ def main(argv=None) -> int:
     mismatched = bytes_check(records + [r for r in sweep if r["config"] != label])
     print("\nequal bytes: " + ("all within 5%" if not mismatched else f"{len(mismatched)} streams off by > 5%"))
     sweep_summary = summarise(sweep) if sweep else {}
-    out = {"machine": machine("cpu"), "model": args.model, "policies": policies, "lengths": args.lengths,
+    out = {"machine": machine("cpu"), "model": args.model, "world": args.world, "policies": policies, "lengths": args.lengths,
            "fraction": args.fraction, "budget_tokens": args.budget_tokens, **({"instant_frames": args.instant_frames} if args.instant_frames else {}), "options_prompt": read_model_settings(str(folder)).get("options_prompt"),
            "seconds": round(time.perf_counter() - started), "summary": summary, "time": time_summary,
            "hour": hour, "sweep": sweep_summary, "bytes_mismatch": mismatched, "node": node, "records": records,
