@@ -33,15 +33,20 @@ def stream():
     return world.make_stream(SEED, FRAMES, question_points=[FRAMES])
 
 
-@pytest.fixture(scope="module")
-def session(stream, tmp_path_factory):
+def fed_session(stream, folder, **params):
     session = build_session({"model_path": "world-qwen2_5_vl", "policy": "fifo", "budget_tokens": 48,
-                             "archive_path": str(tmp_path_factory.mktemp("places") / "archive")})
+                             "archive_path": str(folder / "archive"), **params})
     session.memory.poses = track = PoseTrack(tolerance=0.6)
     for i in range(FRAMES):  # odometry a little off the camera's stamps: each frame's pose is interpolated
         track.add(stream.stamp(i) - 0.25, pose_of(i))
         track.add(stream.stamp(i) + 0.25, pose_of(i))
         session.add_frame(stream.frame(i), stream.stamp(i))
+    return session
+
+
+@pytest.fixture(scope="module")
+def session(stream, tmp_path_factory):
+    session = fed_session(stream, tmp_path_factory.mktemp("places"))
     yield session
     session.close_archive()
 
@@ -113,3 +118,19 @@ def test_every_evidence_frame_carries_its_pose(session, stream):
         index = int(round(frame.stamp - stream.stamp(0)))
         assert frame.pose is not None
         assert math.hypot(frame.pose.x - pose_of(index).x, frame.pose.y - pose_of(index).y) < 0.02
+
+
+def test_without_an_index_a_place_is_walked_over_its_own_chunks(stream, tmp_path):
+    session = fed_session(stream, tmp_path, retrieval_model_path="")
+    try:
+        identity = an_identity(stream, lambda x: sightings(stream, x, [KITCHEN]) and sightings(stream, x)[-1] < 160
+                               and room_of(sightings(stream, x)[-1]) is HALL)
+        question = world.SEEN_PROBE.format(colour=identity[1], shape=identity[0])
+        kitchen = session.when(question, "last", where=KITCHEN)
+        assert kitchen.found_by == "walk"
+        truth = stream.stamp(sightings(stream, identity, [KITCHEN])[-1])
+        assert kitchen.found and abs(kitchen.stamp - truth) <= 2.0 and room_of(round(kitchen.stamp)) is KITCHEN
+        never = an_identity(stream, lambda x: sightings(stream, x, [HALL]) and not sightings(stream, x, [KITCHEN]))
+        assert not session.when(world.SEEN_PROBE.format(colour=never[1], shape=never[0]), "last", where=KITCHEN).found
+    finally:
+        session.close_archive()

@@ -32,7 +32,8 @@ from ..places import Place
 from . import answer_kinds, checks, places
 from . import when as when_search
 from .answering import YES_NO, QuestionRunner
-from .moment import YES, MomentSettings, asked, confirm_moment, find_moment
+from .moment import YES, MomentSettings, confirm_moment, find_moment
+from .moment import asked as replay_window
 from .turns import TurnLock
 
 # a "Did you see ...?" answered no reports at most this P(yes): the best a verification that did not
@@ -276,9 +277,9 @@ class QuestionDesk:
             span = window
             for _ in range(WALK_REJECTIONS + 1):
                 try:
-                    found = replay.session.when(question, mode, camera, *asked(span, replay))
-                except QuestionError:  # past the moment passed over, this replay holds no frame: not here
-                    found = dataclasses.replace(found, found=False)
+                    found = replay.session.when(question, mode, camera, *replay_window(span, replay))
+                except QuestionError:  # past the moment passed over (or, under a place, none there): not here
+                    found = dataclasses.replace(found or WhenAnswer(False, 0.0, "", 0.0, [], [], 0, 0.0, 0), found=False)
                     break
                 chunks, asked = chunks + len(replay.chunks) * (span is window), asked + found.questions_asked
                 if not found.found or mode == "timeline":

@@ -360,18 +360,17 @@ class MemoryTier:
     def plan_when(self, ids: list[int], camera: str, window: Window, clock: int | None,
                   mode: str) -> list[Replay] | None:
         """The replays a ``when`` search runs over, in the order it should try them (each prefilled as
-        it is searched, off the turn lock); None when the
-        working memory holds the window whole. ``last`` and ``first`` walk every archived chunk of
-        the window, newest (oldest) first, one replay of ``max_replay_chunks`` at a time, so the
-        search stops at the first replay that says yes and no chunk is left unsearched; ``timeline``
-        runs over one replay: all the window's chunks when they fit, else the most relevant with the
-        window's ends (archive/plan.py)."""
+        it is searched, off the turn lock); None when the working memory holds the window whole.
+        ``last`` and ``first`` walk every archived chunk of the window (under a place, those with a
+        frame there), newest (oldest) first, ``max_replay_chunks`` a replay, so no chunk is left
+        unsearched; ``timeline`` runs over one replay of the most relevant (archive/plan.py)."""
         if self.archive is None or not self._archive_reaches(window, camera, self.whole_since(camera)):
             return None
+        keep = (lambda row: any(window.holds(s) for s in row.stamps)) if window.placed else None
+        rows = [row for row in self.archive.rows(window.since, window.until, camera) if keep is None or keep(row)]
         if mode == "timeline":
-            rows = self.archive.window(window.since, window.until, camera, self._question(ids, clock))
-            return [self._replay(rows, 0, len(self.archive.rows(window.since, window.until, camera)) - len(rows))]
-        rows = self.archive.rows(window.since, window.until, camera)
+            chosen = self.archive.window(window.since, window.until, camera, self._question(ids, clock), keep=keep)
+            return [self._replay(chosen, 0, len(rows) - len(chosen))]
         size = self.archive.settings.max_replay_chunks
         batches = [rows[i:i + size] for i in range(0, len(rows), size)]
         return [self._replay(batch, 0) for batch in (reversed(batches) if mode == "last" else batches)]
