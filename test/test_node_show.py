@@ -1,7 +1,7 @@
 """Answers that show their evidence, through streamcache_node over DDS (docs/show.md): a node restarted
 on an archive with thumbnails answers `when` and Ask with ``with_images`` with the frames as JPEGs
 (stamp, camera, pixels within JPEG error of the rendered frame), nothing without it; ``~/shown``
-carries the frame each `when` found; ``streamcache-ask --save-images`` and ``--plot`` write pictures
+carries the frame each `when` found (and ``~/shown/compressed``, where image viewers look); ``streamcache-ask --save-images`` and ``--plot`` write pictures
 that open. The bundled world model and its index, real DDS between processes."""
 import subprocess
 
@@ -63,6 +63,9 @@ def test_answers_show_their_frames_only_when_asked(domain, archived, tmp_path):
                 shown = probe.collect(CompressedImage, f"{NS}/streamcache_node/shown",
                                       QoSProfile(depth=1, reliability=QoSReliabilityPolicy.RELIABLE,
                                                  durability=QoSDurabilityPolicy.TRANSIENT_LOCAL), matched=True)
+                # the name rqt_image_view and Foxglove offer a CompressedImage under
+                compressed = probe.collect(CompressedImage, f"{NS}/streamcache_node/shown/compressed",
+                                           QoSProfile(depth=1, reliability=QoSReliabilityPolicy.RELIABLE), matched=True)
                 plain = client.when(question, "last")
                 assert plain.success and plain.found and list(plain.evidence_images) == []
                 found = client.when(question, "last", with_images=True)
@@ -75,6 +78,10 @@ def test_answers_show_their_frames_only_when_asked(domain, archived, tmp_path):
                 probe.wait_for(lambda: len(shown) >= 1, what="a frame on ~/shown")
                 assert stamp_ns(shown[-1].header.stamp) == stamp_ns(found.stamp) and shown[-1].header.frame_id == CAM
                 assert bytes(shown[-1].data) == image.jpeg
+                probe.wait_for(lambda: len(compressed) >= 1, what="a frame on ~/shown/compressed")
+                assert compressed[-1].format == "jpeg" and bytes(compressed[-1].data) == image.jpeg
+                assert stamp_ns(compressed[-1].header.stamp) == stamp_ns(found.stamp)
+                assert compressed[-1].header.frame_id == CAM
             finally:
                 probe.close()
             answer = client.ask(question, ["yes", "no"], evidence_k=3, with_images=True)

@@ -76,7 +76,9 @@ ACK_QOS = QoSProfile(history=QoSHistoryPolicy.KEEP_LAST, depth=1000, reliability
 SHOWN_QOS = QoSProfile(history=QoSHistoryPolicy.KEEP_LAST, depth=1, reliability=QoSReliabilityPolicy.RELIABLE,
                        durability=QoSDurabilityPolicy.TRANSIENT_LOCAL)
 PUBLISHERS = (("status_pub", MemoryStatus, "memory_status", STATUS_QOS), ("ack_pub", Header, "frame_acks", ACK_QOS),
-              ("watch_pub", WatchEvent, "watch_events", EVENT_QOS), ("shown_pub", CompressedImage, "~/shown", SHOWN_QOS))
+              ("watch_pub", WatchEvent, "watch_events", EVENT_QOS), ("shown_pub", CompressedImage, "~/shown", SHOWN_QOS),
+              # the same frames where rqt_image_view and Foxglove look for a CompressedImage (docs/show.md)
+              ("shown_compressed_pub", CompressedImage, "~/shown/compressed", SHOWN_QOS))
 
 
 class StreamCacheNode(LifecycleNode):
@@ -212,7 +214,8 @@ class StreamCacheNode(LifecycleNode):
                                ImageConverter(int(values["max_image_pixels"])), self.diagnostics, pubs["ack_pub"],
                                self._stopping, sample_fps, self._after_chunk, lambda: self.status.refresh())
         self.time_questions = TimeQuestions(session, pubs["watch_pub"], self.cameras.key, name, logger,
-                                            self._is_active, lambda: self.status.refresh(), pubs["shown_pub"])
+                                            self._is_active, lambda: self.status.refresh(),
+                                            (pubs["shown_pub"], pubs["shown_compressed_pub"]))
         self.standing = StandingQuestions(
             self.time_questions, lambda: list(self.get_parameter("watch_questions").value),
             lambda questions: self.set_parameters([Parameter("watch_questions", Parameter.Type.STRING_ARRAY,

@@ -110,10 +110,16 @@ class TimeQuestions:
         and onto ~/shown when someone subscribes; neither reads the archive when nobody asked
         (docs/show.md)."""
         wanted = bool(getattr(request, "with_images", False))
-        try:
-            showing = self.shown_pub is not None and self.shown_pub.get_subscription_count() > 0
-        except Exception:  # noqa: BLE001 - destroyed at cleanup or shutdown: nothing to show to
-            showing = False
+        # ~/shown and ~/shown/compressed (the node passes both): each only while subscribed to
+        publishers = self.shown_pub if isinstance(self.shown_pub, (tuple, list)) else (self.shown_pub,)
+        watched = []
+        for publisher in publishers:
+            try:
+                if publisher is not None and publisher.get_subscription_count() > 0:
+                    watched.append(publisher)
+            except Exception:  # noqa: BLE001 - destroyed at cleanup or shutdown: nothing to show to
+                pass
+        showing = bool(watched)
         stamps = [found.stamp] if found.found else []
         if wanted and (request.mode or "last") == "timeline":
             stamps = timeline_peaks(found.timeline_stamps, found.timeline_yes_probability)
@@ -128,7 +134,9 @@ class TimeQuestions:
             translate.fill_images(response, thumbnails)
         shown = [t for t in thumbnails if t is not None and (not found.found or abs(t.stamp - found.stamp) < 1e-3)]
         if showing and found.found and shown:
-            publish_quietly(self.shown_pub, translate.compressed_image(shown[0]))
+            message = translate.compressed_image(shown[0])
+            for publisher in watched:
+                publish_quietly(publisher, message)
 
     def ask_standing(self, report: ChunkReport) -> None:
         """The standing questions over the chunk just encoded; one WatchEvent per answer."""

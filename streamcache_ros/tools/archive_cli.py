@@ -5,6 +5,7 @@
     streamcache-archive sheet --since 1700000000 --until 1700003600 morning.png # a contact sheet with P(yes)
     streamcache-archive backup /mnt/usb/archive-monday            # SQLite's online backup, safe while the node runs
     streamcache-archive check                                     # integrity, sizes, holes
+    streamcache-archive map --out path.png --identity "red circle" --places places.yaml  # where (docs/places.md)
 
 The folder: ``--archive DIR``, else the default folder of the node ``--node`` (default
 /streamcache/streamcache_node, the launch files' node: <ROS home>/streamcache/archive/<its name>).
@@ -147,8 +148,13 @@ def cmd_sheet(db, args) -> int:
     from ..engine.recall.archive.thumbnails import frames_between  # noqa: PLC0415
     from .archive_pictures import contact_sheet  # noqa: PLC0415
 
+    from .archive_map import chosen_place, frames_in_place, keep_in_place  # noqa: PLC0415
+
     since, until = _span(args)
+    place = chosen_place(args)
     thumbs = frames_between(db, since, until, args.camera)
+    if place is not None:  # the frames the robot took inside the place (docs/places.md)
+        thumbs = keep_in_place(thumbs, frames_in_place(db, place, since, until, args.camera))
     if not thumbs:
         print("no thumbnails in that span (archive_thumbnail_px 0, or nothing held there)", file=sys.stderr)
         return EXIT_NOTHING
@@ -156,10 +162,13 @@ def cmd_sheet(db, args) -> int:
         picks = sorted({round(i * (len(thumbs) - 1) / (args.max_frames - 1)) for i in range(args.max_frames)})
         thumbs = [thumbs[i] for i in picks]
     chunks = _chunks(db, since, until, args.camera)
-    image = contact_sheet(thumbs, chunks, args.columns, title=f"{args.folder}")
+    where = f" inside {place.describe()}" if place is not None else ""
+    image = contact_sheet(thumbs, chunks, args.columns, title=f"{args.folder}{where}")
     image.save(args.out)
-    print(f"wrote {args.out}: {len(thumbs)} frame(s) {_stamp(thumbs[0].stamp)} .. {thumbs[-1].stamp:.2f}, "
+    print(f"wrote {args.out}: {len(thumbs)} frame(s){where} {_stamp(thumbs[0].stamp)} .. {thumbs[-1].stamp:.2f}, "
           f"{len({q for c in chunks for q in c['watch']})} standing question(s), {image.width}x{image.height}")
+    if place is not None:  # which frames the place kept, for a person or a script to check
+        print("stamps: " + " ".join(f"{t.stamp:.3f}" for t in thumbs))
     return 0
 
 
@@ -262,6 +271,9 @@ def parser() -> argparse.ArgumentParser:
     q.add_argument("out", help="OUT.png")
     q.add_argument("--columns", type=int, default=8)
     q.add_argument("--max-frames", type=int, default=64, help="at most this many frames, evenly over the span")
+    from .archive_map import add_map_parser, add_place_options  # noqa: PLC0415
+    add_place_options(q)
+    add_map_parser(sub, span)
     q = sub.add_parser("backup", help="SQLite's online backup to DEST: a folder (archive.sqlite in it), or a "
                                       "file ending .sqlite")
     q.add_argument("dest")
@@ -271,7 +283,13 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-COMMANDS = {"ls": cmd_ls, "show": cmd_show, "sheet": cmd_sheet, "backup": cmd_backup, "check": cmd_check}
+def cmd_map(db, args) -> int:
+    from .archive_map import cmd_map as draw  # noqa: PLC0415 - matplotlib only when a map is drawn
+    return draw(db, args)
+
+
+COMMANDS = {"ls": cmd_ls, "show": cmd_show, "sheet": cmd_sheet, "backup": cmd_backup, "check": cmd_check,
+            "map": cmd_map}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -297,4 +315,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # through the package's module, not __main__'s copy: archive_map raises the package's Refused
+    from streamcache_ros.tools.archive_cli import main as package_main
+    sys.exit(package_main())
