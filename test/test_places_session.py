@@ -134,3 +134,27 @@ def test_without_an_index_a_place_is_walked_over_its_own_chunks(stream, tmp_path
         assert not session.when(world.SEEN_PROBE.format(colour=never[1], shape=never[0]), "last", where=KITCHEN).found
     finally:
         session.close_archive()
+
+
+def test_poses_survive_a_restart_and_a_snapshot(stream, tmp_path):
+    session = fed_session(stream, tmp_path)
+    saved = tmp_path / "memory.pt"
+    session.save(str(saved))
+    held = session.memory_timeline("").frames
+    assert held and all(f.pose is not None for f in held)
+    session.close_archive()
+    # a restart on the same archive, no pose source: the poses come back from the archive
+    again = build_session({"model_path": "world-qwen2_5_vl", "policy": "fifo", "budget_tokens": 48,
+                           "archive_path": str(tmp_path / "archive")})
+    try:
+        identity = an_identity(stream, lambda x: sightings(stream, x, [KITCHEN]))
+        found = again.when(world.SEEN_PROBE.format(colour=identity[1], shape=identity[0]), "last", where=KITCHEN)
+        assert found.frames_in_place == 160 and found.found and found.pose.distance_to(KITCHEN.x, KITCHEN.y) < 0.1
+    finally:
+        again.close_archive()
+    # the snapshot loaded where there is neither archive nor pose source: its frames keep their poses
+    bare = build_session({"model_path": "world-qwen2_5_vl", "policy": "fifo", "budget_tokens": 48, "archive_path": ""})
+    bare.load(str(saved))
+    loaded = bare.memory_timeline("").frames
+    assert [f.stamp for f in loaded] == [f.stamp for f in held]
+    assert all(f.pose is not None and abs(f.pose.x - pose_of(round(f.stamp)).x) < 0.02 for f in loaded)

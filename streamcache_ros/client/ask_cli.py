@@ -9,12 +9,18 @@
     streamcache-ask --when last "Did you see a red circle?"        # when: last | first | timeline
     streamcache-ask --when last --save-images frames/ "Did you see a red circle?"   # and the frame it found
     streamcache-ask --when timeline --plot day.png "Did you see a red circle?"      # P(yes), its peaks' frames
+    streamcache-ask --place kitchen "Is the door open?"            # only frames taken there (docs/places.md)
+    streamcache-ask --when last --place-at 1.5 -2.0 2.0 "Did you see a red circle?"   # x y radius, metres
+    streamcache-ask --all "Did you see a red circle?"        # every node on the domain: which robot saw it last
     streamcache-ask --status | --reset | --save kitchen.pt | --load kitchen.pt | --timeline
 
 JSON (``--json``, and ``--status`` and ``--timeline`` always) is printed the same way, indented. ``--save`` and
 ``--load`` take a file name inside the node's ``snapshot_dir`` (on the node's machine).
 Without ``--namespace`` it answers only when exactly one node serves on the domain, after discovery
 has settled (about 2 s); with several it names them all and exits 3.
+A ``--when`` prints the pose of the frame found, and ``--evidence`` each evidence frame's pose, where
+the node has one. ``--all`` asks ``when`` (``--mode`` last or first) of every node at once and prints
+one line per robot, the newest (oldest) sighting first, then the nodes that did not answer in time.
 Exit codes: 0 success, 1 the node refused or failed the request, or is not active (the reason on
 stderr), 3 no node found / no reply in time, 130 interrupted (a streamed question is cancelled first).
 """
@@ -24,6 +30,9 @@ import argparse
 import json
 import sys
 import threading
+
+from .fleet import pose_text
+from .replies import frame_pose
 
 EXIT_REFUSED, EXIT_UNREACHABLE, EXIT_INTERRUPTED = 1, 3, 130
 LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
@@ -111,14 +120,17 @@ def _when_text(r, mode: str, points: bool = True) -> str:
         return (f"not found in the {r.frames_searched} frames searched ({how}{r.questions_asked} questions asked, "
                 f"{r.recalled_chunks} chunks replayed)" + _reach_line(r))
     older = " (may be older: it lies at the edge of what the memory still holds)" if r.may_be_older else ""
+    where = f"\nat {pose_text(frame_pose(r.pose))}" if getattr(r, "has_pose", False) else ""
     return (f"{_time(r.stamp):.3f} {r.camera or '-'} (P(yes) {r.yes_probability:.3f}; {how}{r.questions_asked} "
-            f"questions, {r.total_ms:.0f} ms){older}" + _reach_line(r))
+            f"questions, {r.total_ms:.0f} ms){older}" + where + _reach_line(r))
 
 
 def _evidence_lines(r) -> str:
-    """One line per evidence frame: stamp, camera, weight (strongest first)."""
-    lines = [f"evidence: {_time(t):.3f} {c or '-'} {w:.3f}"
-             for t, c, w in zip(r.evidence_stamps, r.evidence_cameras, r.evidence_weights)]
+    """One line per evidence frame: stamp, camera, weight (strongest first), and where it was taken."""
+    poses = [frame_pose(p) for p in getattr(r, "evidence_poses", [])]
+    poses += [None] * (len(r.evidence_stamps) - len(poses))
+    lines = [f"evidence: {_time(t):.3f} {c or '-'} {w:.3f}" + (f" at {pose_text(pose)}" if pose else "")
+             for t, c, w, pose in zip(r.evidence_stamps, r.evidence_cameras, r.evidence_weights, poses)]
     if r.evidence_summary_share:
         lines.append(f"evidence: summary tokens {r.evidence_summary_share:.3f}")
     return "".join("\n" + line for line in lines)
@@ -164,6 +176,14 @@ def parse_args(argv):
     parser.add_argument("--stream", action="store_true", help="use the ask_action: print the answer as it is generated")
     parser.add_argument("--when", choices=("last", "first", "timeline"),
                         help="the when service: the last / first stamp the yes/no question holds, or its timeline")
+    parser.add_argument("--place", metavar="NAME", default=None,
+                        help="read only the frames taken within a place of the node's places_file (docs/places.md)")
+    parser.add_argument("--place-at", metavar=("X", "Y", "R"), type=float, nargs=3, default=None,
+                        help="read only the frames taken within R metres of (X, Y), in the pose frame")
+    parser.add_argument("--all", action="store_true",
+                        help="ask every streamcache node on the domain (when, --mode) and print one line per robot")
+    parser.add_argument("--mode", choices=("last", "first"), default=None,
+                        help="with --all: the newest (last, the default) or oldest (first) sighting first")
     parser.add_argument("--namespace", default=None,
                         help="the node's namespace, e.g. /streamcache (default: the one node on the domain, once "
                              "discovery has settled; several are refused, each named)")
@@ -185,6 +205,22 @@ def parse_args(argv):
     args = parser.parse_args(argv)
     if not (args.status or args.reset or args.save or args.load or args.timeline) and not args.question:
         parser.error("a question is needed (or --status / --reset / --save / --load / --timeline)")
+    if args.place and args.place_at:
+        parser.error("--place and --place-at name the same thing: give one")
+    if args.place_at is not None and args.place_at[2] <= 0:
+        parser.error("--place-at's radius must be > 0 (metres)")
+    if args.all:
+        extra = [name for name in ("option", "stream", "status", "reset", "save", "load", "timeline", "namespace",
+                                   "save_images", "plot", "evidence") if getattr(args, name)]
+        if extra:
+            parser.error(f"--all asks `when` of every node: no --{extra[0].replace('_', '-')}")
+        if args.when == "timeline":
+            parser.error("--all merges stamps: --when last or first (or --mode)")
+        if args.when and args.mode and args.when != args.mode:
+            parser.error("--when and --mode disagree")
+        args.mode = args.mode or args.when or "last"
+    elif args.mode:
+        parser.error("--mode goes with --all (one node: --when last | first)")
     if args.when and (args.option or args.stream):
         parser.error("--when asks a yes/no question itself: no --option, no --stream")
     if args.max_new_tokens < 0:
@@ -239,11 +275,11 @@ def run(args, client) -> int:
         return _report(args, r, _timeline_dict(r), json.dumps(_timeline_dict(r), indent=2))
     if args.when:
         r = client.when(args.question, args.when, args.camera, since=args.since, until=args.until,
-                        timeout=args.timeout, with_images=bool(args.save_images or args.plot))
+                        timeout=args.timeout, with_images=bool(args.save_images or args.plot), place=_place(args))
         code = _report(args, r, _when_dict(r), _when_text(r, args.when, points=not args.plot))
         return code or _pictures(args, r)
     window = {"since": args.since, "until": args.until, "evidence_k": args.evidence_k,
-              "with_images": bool(args.save_images)}
+              "with_images": bool(args.save_images), "place": _place(args)}
     if not args.stream:
         r = client.ask(args.question, args.option, args.camera, args.max_new_tokens, timeout=args.timeout, **window)
         chosen = _matched(r, args.option)
@@ -280,6 +316,32 @@ def run(args, client) -> int:
     return _pictures(args, r)
 
 
+def _place(args):
+    """The request's place: a name, (x, y, radius), or None (anywhere)."""
+    return args.place if args.place else (tuple(args.place_at) if args.place_at else None)
+
+
+def run_fleet(args) -> int:
+    """--all: ``when`` asked of every node at once (streamcache_ros.client.fleet)."""
+    from .fleet import ask_fleet, fleet_dict, fleet_lines  # noqa: PLC0415
+
+    try:
+        answer = ask_fleet(args.question, args.mode, timeout_s=args.timeout, place=_place(args), since=args.since,
+                           until=args.until, camera=args.camera, discover_s=args.wait)
+    except LookupError as err:
+        print(f"streamcache-ask: {err}", file=sys.stderr)
+        return EXIT_UNREACHABLE
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+    if args.json:
+        _print_json(fleet_dict(answer))
+    else:
+        print("\n".join(fleet_lines(answer, args.timeout)))
+    if not answer.entries:  # no robot answered: every one refused or stayed silent
+        return EXIT_REFUSED if answer.refused else EXIT_UNREACHABLE
+    return 0
+
+
 def _pictures(args, reply) -> int:
     """--save-images and --plot, from a reply asked with_images; said on stderr, so --json stays JSON."""
     if not (args.save_images or args.plot):
@@ -308,6 +370,8 @@ def _pictures(args, reply) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    if args.all:
+        return run_fleet(args)
     from .client import NodeNotConfigured, NodeNotFound, StreamCacheClient  # noqa: PLC0415
 
     try:

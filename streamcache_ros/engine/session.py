@@ -27,7 +27,7 @@ from .errors import ConfigError, QuestionError
 from .ingest.pipeline import ChunkPipeline
 from .memory.ledger import UnitLedger
 from .memory.snapshots import check_writable, load_policy_state, read_memory, write_snapshot
-from .places import Place
+from .places import Place, restored_poses, snapshot_poses
 from .parameters import budget_warning, check_runtime, check_tunable, resolved_budget_tokens
 from .questions import checks
 from .questions.answering import QuestionRunner
@@ -330,8 +330,8 @@ class Session:
         check_writable(path)
         with self._cache_lock:
             self.flush()
-            return write_snapshot(path, {**self._identity(), "policy_state": self.policy.state_dict(),
-                                         "history": [asdict(x) for x in self.desk.history], **self.ledger.state_dict()})
+            return write_snapshot(path, {**self._identity(), "policy_state": self.policy.state_dict(), **snapshot_poses(
+                self.memory), "history": [asdict(x) for x in self.desk.history], **self.ledger.state_dict()})
 
     def load(self, path: str) -> int:
         """Replace the memory with the snapshot at ``path``; returns frames in memory.
@@ -344,7 +344,7 @@ class Session:
         with self._cache_lock, self._pending_lock:
             load_policy_state(self.policy, saved, path)
             self.ledger.load_state(saved.ledger)
-            self.desk.history = saved.history
+            self.desk.history, self.memory.saved_poses = saved.history, restored_poses(saved.state)
             self._pending.clear()
             self.chunks.stopped = ""  # the next chunk finds out whether the loaded memory has room
             return self.memory.counts().frames

@@ -143,7 +143,7 @@ class Replayer:
             sent += 1
         return sent
 
-    def wait_for_pose_subscribers(self, timeout: float = 3.0) -> list[str]:
+    def wait_for_pose_subscribers(self, timeout: float = 10.0) -> list[str]:
         """Lock-step: the pose topics given a moment to be matched (a node looks a pose topic's type up
         once a second), so the first frames have their poses too; the topics still unmatched."""
         deadline = time.monotonic() + timeout

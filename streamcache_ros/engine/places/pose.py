@@ -156,3 +156,17 @@ class PoseTrack:
         ``stamp`` by less than the tolerance (odometry a little behind the camera)."""
         newest = self.newest_stamp
         return newest is not None and newest < stamp <= newest + self.tolerance
+
+
+def snapshot_poses(tier) -> dict:
+    """The poses of the working memory's frames, for a memory snapshot: a memory loaded where no
+    archive or pose source holds them still says where each frame was taken (docs/places.md)."""
+    frames = [(unit.camera, stamp) for unit in tier.ledger.units.values() for stamp in unit.stamps]
+    poses = tier.poses_of([s for _, s in frames], [c for c, _ in frames]) if frames else []
+    return {"frame_poses": [[c, float(s), p.frame_id, p.as_list()] for (c, s), p in zip(frames, poses)
+                            if p is not None]}
+
+
+def restored_poses(state: dict) -> dict[tuple[str, float], Pose]:
+    """A snapshot's frame poses by (camera, stamp); none from a snapshot made before poses."""
+    return {(str(c), round(float(s), 4)): Pose.from_list(v, str(f)) for c, s, f, v in state.get("frame_poses", [])}

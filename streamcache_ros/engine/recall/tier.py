@@ -96,6 +96,7 @@ class MemoryTier:
         self.chunk_frames = 0  # 0: parts stay as they are
         self.encode_whole = None  # (camera, frames) -> EncodedChunk: the vision encoder alone
         self.poses: PoseTrack | None = None  # where the robot was: each archived frame's pose (docs/places.md)
+        self.saved_poses: dict = {}  # (camera, stamp) -> Pose: a loaded memory snapshot's
         self.incomplete_answers = 0  # answers that could not read every part of their window (the desk counts)
 
     # -- the archive ------------------------------------------------------------------------------
@@ -244,9 +245,9 @@ class MemoryTier:
         return MemoryTimeline(self.policy.name, len(layer_rows), banks, frames, self.holes_in(camera, None))
 
     def poses_of(self, stamps: list[float], cameras: list[str]) -> list:
-        """Each frame's pose: as the archive keeps it, else as the pose source gives it now (a frame
-        in the working memory with the archive off); None where none (docs/places.md)."""
+        """Each frame's pose: the archive's, a loaded snapshot's, else the pose source's now (docs/places.md)."""
         found = self.archive.poses_at(stamps, cameras) if self.archive is not None and stamps else [None] * len(stamps)
+        found = [p or self.saved_poses.get((c, round(s, 4))) for p, s, c in zip(found, stamps, cameras)]
         if self.poses is not None:
             found = [pose if pose is not None else self.poses.at(stamp) for pose, stamp in zip(found, stamps)]
         return found
