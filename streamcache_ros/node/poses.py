@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib
 
+from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.qos import QoSProfile, QoSReliabilityPolicy, qos_profile_sensor_data
 
 from ..engine.errors import ConfigError
@@ -76,6 +77,7 @@ class PoseInput:
         self.subscription = self.timer = self.tf_buffer = self.tf_listener = None
         self.unknown_type = ""  # a topic of a type that is not a pose: said in diagnostics
         self.tf_failures = 0
+        self.group = MutuallyExclusiveCallbackGroup()
 
     def activate(self) -> None:
         if self.source == "topic":
@@ -86,7 +88,7 @@ class PoseInput:
             tf2_ros = importlib.import_module("tf2_ros")
             self.tf_buffer = tf2_ros.Buffer()
             self.tf_listener = tf2_ros.TransformListener(self.tf_buffer, self.node)
-            self.timer = self.node.create_timer(TF_PERIOD_S, self._sample_tf)
+            self.timer = self.node.create_timer(TF_PERIOD_S, self._sample_tf, callback_group=self.group)
 
     def deactivate(self) -> None:
         if self.timer is not None:
@@ -109,9 +111,13 @@ class PoseInput:
             return
         self.message_type, self.unknown_type = usable[0], ""
         # best effort takes reliable and best-effort publishers alike (odometry is often either)
-        qos = QoSProfile(history=qos_profile_sensor_data.history, depth=50,
+        # best effort takes reliable and best-effort publishers alike; a deep queue and a callback group
+        # of its own: odometry comes in bursts (50 Hz, or a replay's), and a pose taken late leaves the
+        # frames it brackets without one (docs/places.md)
+        qos = QoSProfile(history=qos_profile_sensor_data.history, depth=1000,
                          reliability=QoSReliabilityPolicy.BEST_EFFORT, durability=qos_profile_sensor_data.durability)
-        self.subscription = self.node.create_subscription(types[usable[0]], topic, self._on_pose, qos)
+        self.subscription = self.node.create_subscription(types[usable[0]], topic, self._on_pose, qos,
+                                                          callback_group=self.group)
         if self.timer is not None:
             self.node.destroy_timer(self.timer)
             self.timer = None

@@ -32,7 +32,7 @@ from . import bagfile
 
 EXIT_NO_ACK, EXIT_BAD_INPUT, EXIT_NO_SUBSCRIBER = 1, 2, 3
 GRACE_S = 1.0  # once one topic is matched, how long the others get to match too
-POSE_LEAD_S = 0.5  # a pose is published before the frames stamped up to this much before it
+POSE_LEAD_S = 3.0  # a pose is published before the frames stamped up to this much before it
 
 
 def parse_args(argv):

@@ -5,8 +5,13 @@ from __future__ import annotations
 import bisect
 import math
 import threading
+import time
 from collections import deque
 from dataclasses import dataclass
+
+
+CATCH_UP_S = 1.0  # how long archiving a chunk waits for a pose source that is behind its frames
+ALIVE_S = 2.0  # a source with no pose for this long is not waited for
 
 
 @dataclass(frozen=True)
@@ -75,6 +80,8 @@ class PoseTrack:
         self._stamps: deque[float] = deque(maxlen=capacity)
         self._poses: deque[Pose] = deque(maxlen=capacity)
         self._lock = threading.Lock()
+        self._added = threading.Condition(self._lock)
+        self._last_added = -math.inf  # monotonic time of the newest add: whether the source is alive
         self.received = 0
         self.out_of_order = 0
         self.frames_posed = 0  # frames archived with a pose, and without one (none near their stamp)
@@ -87,6 +94,8 @@ class PoseTrack:
     def add(self, stamp: float, pose: Pose) -> None:
         with self._lock:
             self.received += 1
+            self._last_added = time.monotonic()
+            self._added.notify_all()
             if self._stamps and stamp < self._stamps[-1]:
                 # a late pose (another publisher, a replay restarting): kept in order, a rare slow path
                 self.out_of_order += 1
@@ -138,6 +147,19 @@ class PoseTrack:
             if near_after:
                 return self._poses[after]
             return None
+
+    def catch_up(self, stamp: float, timeout: float = CATCH_UP_S) -> bool:
+        """Wait, ``timeout`` seconds at most, for a pose at or past ``stamp`` while the source is alive
+        (a pose came in the last ALIVE_S) but behind: a burst of odometry still in the queue when a
+        chunk is archived would leave its newest frames without a pose. Whether one came."""
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            while not self._stamps or self._stamps[-1] < stamp:
+                left = deadline - time.monotonic()
+                if left <= 0 or time.monotonic() - self._last_added > ALIVE_S:
+                    return False
+                self._added.wait(min(left, 0.05))
+            return True
 
     def for_frames(self, stamps: list[float], camera: str = "") -> list[list[float] | None]:
         """Each frame's pose as the archive keeps it (``Pose.as_list``), None where none is near;

@@ -178,7 +178,7 @@ class MemoryTier:
     def _as_kept(self, chunk: EncodedChunk, frames) -> EncodedChunk:
         """``chunk`` as the archive keeps it: as it is, or with archive_content frames (and its frames
         at hand) its frames' JPEGs at the model's input size in place of its embeddings."""
-        if self.poses is not None:
+        if self.poses is not None and self.poses.catch_up(max(chunk.stamps)) is not None:
             chunk = dataclasses.replace(chunk, poses=self.poses.for_frames(chunk.stamps, chunk.camera),
                                         pose_frame=self.poses.frame_id)
         content = self.archive.settings.content
