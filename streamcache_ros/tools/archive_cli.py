@@ -17,20 +17,14 @@ archive or a bad argument (one line on stderr).
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
-import math
 import pathlib
 import sqlite3
 import sys
 
-EXIT_NOTHING, EXIT_REFUSED = 1, 2
+from .archive_common import EXIT_NOTHING, EXIT_REFUSED, Refused, _camera, _span, _stamp  # noqa: F401
 DB_NAME = "archive.sqlite"  # engine/recall/archive/store.py's; kept here so --help needs no engine import
 DEFAULT_NODE = "/streamcache/streamcache_node"
-
-
-class Refused(Exception):
-    """One line for stderr, and exit code 2."""
 
 
 # -- opening ---------------------------------------------------------------------------------------
@@ -60,26 +54,6 @@ def open_readonly(folder: pathlib.Path) -> sqlite3.Connection:
         db.close()
         raise Refused(f"'{path}' is not a streamcache archive: no chunks table and format in meta")
     return db
-
-
-def _stamp(value: float) -> str:
-    """A stamp as seconds, and as a UTC time when it looks like wall-clock time."""
-    if value > 1e9:
-        when = datetime.datetime.fromtimestamp(value, datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
-        return f"{value:.2f} ({when} UTC)"
-    return f"{value:.2f}"
-
-
-def _camera(name: str) -> str:
-    return name or "(default camera)"  # a single-camera node names its camera ''
-
-
-def _span(args) -> tuple[float, float]:
-    since = -math.inf if args.since is None else args.since
-    until = math.inf if args.until is None else args.until
-    if since > until:
-        raise Refused(f"--since {args.since} is after --until {args.until}")
-    return since, until
 
 
 def _chunks(db: sqlite3.Connection, since: float, until: float, camera: str) -> list[dict]:

@@ -13,7 +13,7 @@ import sys
 
 import numpy as np
 
-from .archive_cli import EXIT_NOTHING, Refused, _camera, _span, _stamp
+from .archive_common import EXIT_NOTHING, Refused, _camera, _span, _stamp
 
 NO_POSE = "the archive holds no pose: was pose_topic set?"
 PATH_COLOUR = "#1f77b4"  # matplotlib's first colour: the tests look for it
