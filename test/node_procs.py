@@ -298,3 +298,13 @@ def stop_ros2_daemon(domain: int) -> list[int]:
     subprocess.run(["ros2", "daemon", "stop"], cwd=ROOT, env=ros2_env(domain), capture_output=True,
                    timeout=HANG_GUARD_S, stdin=subprocess.DEVNULL)
     return wait_gone(daemons)
+
+
+def load_example(name: str):
+    """``examples/<name>.py`` as a module: the examples are files to copy, not a package."""
+    import importlib.util  # noqa: PLC0415
+
+    spec = importlib.util.spec_from_file_location(name, ROOT / "examples" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

@@ -7,7 +7,6 @@ same: expected branches come from asking the same question through the Ask servi
 Timeouts only guard against hangs.
 """
 import ast
-import importlib.util
 import pathlib
 import re
 import sys
@@ -16,7 +15,7 @@ import time
 import py_trees  # in requirements.txt: when missing, the set-up is broken (a failure, not a skip)
 import pytest
 
-from node_procs import HANG_GUARD_S, ROOT, Proc, child_env, client_of, replay_lock_step, tiny_node
+from node_procs import HANG_GUARD_S, ROOT, Proc, child_env, client_of, load_example, replay_lock_step, tiny_node
 
 from py_trees.common import Status  # noqa: E402
 from streamcache_ros_interfaces.action import Ask as AskAction  # noqa: E402
@@ -31,14 +30,7 @@ QUESTION = "What is on the table?"
 LONG = 500  # tokens of an answer known to run that long (no end-of-sequence before)
 
 
-def load_example():
-    spec = importlib.util.spec_from_file_location("bt_patrol_ask", EXAMPLE)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-bt = load_example()
+bt = load_example("bt_patrol_ask")
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,6 @@ pose of the frame found on goal_pose (nav2_msgs is not installable here: the top
 where the robot truly stood when it last saw X, in "map"; for an identity never seen it fails with the
 reason, sending nothing. The example as a process says the same with exit code 1. Timeouts only guard
 against hangs."""
-import importlib.util
 import math
 import subprocess
 import sys
@@ -13,8 +12,8 @@ import py_trees  # in requirements.txt: when missing, the set-up is broken (a fa
 import pytest
 from py_trees.common import Status
 
-from node_procs import (HANG_GUARD_S, RELIABLE, ROOT, Probe, Proc, child_env, client_of, replay_lock_step,
-                        tiny_node)
+from node_procs import (HANG_GUARD_S, RELIABLE, ROOT, Probe, Proc, child_env, client_of, load_example,
+                        replay_lock_step, tiny_node)
 from streamcache_ros import world
 from streamcache_ros.tools import bagfile
 
@@ -27,14 +26,7 @@ S = 1_000_000_000
 EXAMPLE = ROOT / "examples" / "bt_go_to_last_seen.py"
 
 
-def load_example():
-    spec = importlib.util.spec_from_file_location("bt_go_to_last_seen", EXAMPLE)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-bt = load_example()
+bt = load_example("bt_go_to_last_seen")
 
 
 @pytest.fixture(scope="module")
