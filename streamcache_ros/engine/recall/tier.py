@@ -8,14 +8,11 @@ how far back its answer reaches.
     answer = replay.session.ask(...)                  # a short stream of the recalled chunks
     since, evicted = tier.reach(camera, window, held, archive_read=True)
 
-The working memory answers a question whose window it holds whole. One whose window reaches older
-frames, or one with no window when older frames lie in the archive and ``recall_chunks`` > 0, is
-answered over a *replay*, and so is one with no window while the working memory holds nothing of
-its camera (after a restart on the archive): the chunks the archive plans for it (archive/plan.py), prefilled again in
-time order into a scratch memory that ``make_scratch`` makes (a full cache, the start of a short
-stream), then dropped. The models judge a short window best, and the GPU working memory is left
-exactly as it was (docs/archive.md "Recall"). The tier speaks to the archive through its own
-methods only, and to the working memory through the ledger and the policy's accounting.
+The working memory answers a question whose window it holds whole. One reaching older frames (or
+with no window, when older frames lie in the archive, or when the working memory holds nothing of
+its camera) is answered over a *replay*: the chunks the archive plans for it (archive/plan.py),
+prefilled again in time order into a scratch memory (``make_scratch``: a full cache, the start of a
+short stream), then dropped; the GPU working memory is left as it was (docs/archive.md "Recall").
 """
 from __future__ import annotations
 
@@ -40,6 +37,7 @@ from .archive.thumbnails import encode_all as encode_thumbnails
 from .archive.thumbnails import encode_at
 from .index import FrameScores, RetrievalEncoder, best_by_chunk
 from .index.calibration import CALIBRATION_FILE
+from .late_poses import LatePoses
 
 log = logging.getLogger("streamcache_ros.archive")
 # standing answers are noted for the newest chunks only: older ones have left the ledger's window
@@ -97,6 +95,7 @@ class MemoryTier:
         self.encode_whole = None  # (camera, frames) -> EncodedChunk: the vision encoder alone
         self.poses: PoseTrack | None = None  # where the robot was: each archived frame's pose (docs/places.md)
         self.saved_poses: dict = {}  # (camera, stamp) -> Pose: a loaded memory snapshot's
+        self.late_poses = LatePoses()
         self.incomplete_answers = 0  # answers that could not read every part of their window (the desk counts)
 
     # -- the archive ------------------------------------------------------------------------------
@@ -140,20 +139,21 @@ class MemoryTier:
         return archive
 
     def make_whole(self, chunk_frames: int, encode_whole) -> None:
-        """Partial chunks (a question encodes the frames waiting for their chunk) are archived as they
-        come, then replaced by one chunk made again from their frames once they add up to
-        ``chunk_frames``: the archive's bytes per frame do not depend on how often questions come
-        (docs/archive.md "Questions never stop the cameras")."""
+        """A question's partial chunks, archived as they come, are replaced by one made again from their
+        frames once they add up to ``chunk_frames`` (docs/archive.md "Questions never stop the cameras")."""
         self.chunk_frames, self.encode_whole = int(chunk_frames), encode_whole
 
     def keep(self, chunk: EncodedChunk, key, chunk_id: int, frames=None) -> None:
-        """A chunk just booked into the working memory, into the archive (ingest calls it with the
-        chunk's frames, when it has them)."""
+        """A chunk just booked into the working memory, into the archive (with its frames, when at hand)."""
         if self.archive is None:
             return
-        archived = self.archive.add(self._as_kept(chunk, frames), key)
+        kept = self._as_kept(chunk, frames)
+        archived = self.archive.add(kept, key)
         if archived is None:  # the disk refused it: counted and named as a hole (archive/write_failures.py)
             return
+        if self.poses is not None:  # a pose that came after its frames' chunk was written (late_poses.py)
+            self.late_poses.note(archived, kept)
+            self.late_poses.retry(self.archive, self.poses)
         self.archive_ids[chunk_id] = archived
         parts = self.parts.get(chunk.camera)
         whole = len(chunk.stamps) >= self.chunk_frames
@@ -200,6 +200,7 @@ class MemoryTier:
         deleted = self.archive.clear() if self.archive is not None else 0
         self.archive_ids.clear()
         self.parts.clear()
+        self.late_poses.clear()
         return deleted
 
     # -- the working memory -----------------------------------------------------------------------

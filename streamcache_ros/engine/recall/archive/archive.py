@@ -293,6 +293,9 @@ class Archive:
     def poses_at(self, stamps: list[float], cameras: list[str] | None = None) -> list[Pose | None]:
         return poses.poses_at(self.store.reader, stamps, cameras)
 
+    def fill_poses(self, chunk_id: int, frame_poses: list, pose_frame: str) -> int | None:
+        return self.store.change(lambda db: poses.fill_poses(db, chunk_id, frame_poses, pose_frame))
+
     def pose_counts(self) -> tuple[int, int]:
         return poses.pose_counts(self.store.reader)
 

@@ -119,3 +119,23 @@ def pose_counts(db: sqlite3.Connection) -> tuple[int, int]:
         posed += sum(p is not None for p in json.loads(poses_json))
         size += len(poses_json)
     return posed, size
+
+
+def fill_poses(db: sqlite3.Connection, chunk_id: int, poses: list, pose_frame: str) -> int | None:
+    """A chunk's frames without a pose given those that came after it was archived (``poses``: one
+    per frame, None where still none), its R*Tree extent and bytes with them; the
+    frames filled, None when the row is gone (write connection, inside the caller's transaction)."""
+    found = db.execute("SELECT poses FROM chunks WHERE id = ?", (chunk_id,)).fetchone()
+    if found is None:
+        return None
+    before = json.loads(found[0]) if found[0] else [None] * len(poses)
+    merged = [old if old is not None else new for old, new in zip(before, poses)]
+    filled = sum(old is None and new is not None for old, new in zip(before, merged))
+    if filled:
+        text = json.dumps(merged)
+        db.execute("UPDATE chunks SET poses = ?, pose_frame = ?, bytes = bytes + ? WHERE id = ?",
+                   (text, pose_frame, len(text) - len(found[0] or ""), chunk_id))
+        xs, ys = [p[0] for p in merged if p is not None], [p[1] for p in merged if p is not None]
+        db.execute("INSERT OR REPLACE INTO chunk_extent VALUES (?, ?, ?, ?, ?)", (chunk_id, min(xs), max(xs), min(ys),
+                                                                                 max(ys)))
+    return filled

@@ -78,7 +78,8 @@ CREATE TABLE IF NOT EXISTS holes (
 """
 # the floor each chunk's frames were taken on, an R*Tree beside the rows: a place question reads the
 # chunks whose extent meets its disc, not a day's rows. Triggers keep it in each chunk's own
-# transaction, whatever writes or deletes the row (append, merge, bound, reset, salvage).
+# transaction, whatever writes or deletes the row (append, merge, bound, reset, salvage); poses
+# filled in late write it themselves (poses.py). Short: salvage.py reads the schema from page 1 alone.
 PLACES_SCHEMA = """
 CREATE VIRTUAL TABLE IF NOT EXISTS chunk_extent USING rtree(id, min_x, max_x, min_y, max_y);
 CREATE TRIGGER IF NOT EXISTS chunk_extent_added AFTER INSERT ON chunks

@@ -5,11 +5,9 @@
     rows = store.rows(since=10.0, until=40.0)      # what is held, without payloads
     store.load(rows)                               # payloads from the RAM buffer or the disk
 
-Why SQLite (docs/archive.md "The store"): one file a robotics engineer opens with the ``sqlite3``
-shell; a torn write is a rolled-back transaction, never a half chunk; WAL lets a reader look while
-the node writes; ``PRAGMA integrity_check`` on open finds a damaged file, and what can still be read
-is kept (sqlite_file.py ``salvage``). One writer: a lock file held with ``flock`` for as long as the node runs, which
-the kernel releases when the process dies, however it dies.
+Why SQLite (docs/archive.md "The store"): one file the ``sqlite3`` shell opens; a torn write is a
+rolled-back transaction; WAL lets a reader look while the node writes; a damaged file is salvaged
+(sqlite_file.py). One writer: a ``flock`` held while the node runs, released by the kernel however it dies.
 """
 from __future__ import annotations
 
@@ -124,9 +122,8 @@ class ArchiveStore:
         return self._write(chunk, key, [])
 
     def replace(self, chunk_ids: list[int], chunk: EncodedChunk, key: np.ndarray | None = None) -> int:
-        """``chunk`` in place of the chunks ``chunk_ids`` (the parts it was made again from), in one
-        transaction: a reader sees the parts or the whole, never both or neither. Pinned when a part
-        was; its standing answers each question's best over the parts."""
+        """``chunk`` in place of its parts ``chunk_ids``, in one transaction (a reader sees the parts or
+        the whole); pinned when a part was; its standing answers each question's best over the parts."""
         return self._write(chunk, key, [int(c) for c in chunk_ids])
 
     def _write(self, chunk: EncodedChunk, key: np.ndarray | None, replacing: list[int]) -> int:
@@ -151,10 +148,8 @@ class ArchiveStore:
             return chunk_id
 
     def _keep_log_within_cap(self) -> None:
-        """The write-ahead log folded back once it passes half its cap. SQLite's own checkpoints
-        (every 1 MiB) cannot start the log over while a reader is in it, and with questions reading
-        as chunks are written they seldom could: the log grew to 7.5 MB. A checkpoint that waits for
-        the readers in flight (TRUNCATE: new ones wait the moment it takes) starts it over."""
+        """The write-ahead log folded back past half its cap: SQLite's own checkpoints cannot start it
+        over while a reader is in it (it grew to 7.5 MB); TRUNCATE waits for the readers in flight."""
         try:
             size = os.path.getsize(self.folder / (DB_NAME + "-wal"))
         except OSError:
@@ -182,6 +177,11 @@ class ArchiveStore:
         self._next_id = chunk_id + 1
         self._held_bytes += row["bytes"] - freed
         return chunk_id
+
+    def change(self, write):
+        """``write(db)`` in one transaction under the write lock (a chunk's poses filled in late: poses.py)."""
+        with self._write_lock, self.db:
+            return write(self.db)
 
     def note_watch(self, chunk_id: int, answers: dict[str, float]) -> None:
         """The standing questions' P(yes) over a chunk, kept beside it (recall reads them)."""
