@@ -111,11 +111,14 @@ class PoseInput:
             return
         self.message_type, self.unknown_type = usable[0], ""
         # best effort takes reliable and best-effort publishers alike (odometry is often either)
-        # best effort takes reliable and best-effort publishers alike; a deep queue and a callback group
-        # of its own: odometry comes in bursts (50 Hz, or a replay's), and a pose taken late leaves the
-        # frames it brackets without one (docs/places.md)
+        # reliable where every publisher offers it (a pose lost leaves the frames it brackets without
+        # one), else best effort, which takes both; a deep queue and a callback group of its own:
+        # odometry comes in bursts (50 Hz, or a replay's) (docs/places.md)
+        offered = [info.qos_profile.reliability for info in self.node.get_publishers_info_by_topic(topic)]
+        reliable = bool(offered) and all(r == QoSReliabilityPolicy.RELIABLE for r in offered)
         qos = QoSProfile(history=qos_profile_sensor_data.history, depth=1000,
-                         reliability=QoSReliabilityPolicy.BEST_EFFORT, durability=qos_profile_sensor_data.durability)
+                         reliability=QoSReliabilityPolicy.RELIABLE if reliable else QoSReliabilityPolicy.BEST_EFFORT,
+                         durability=qos_profile_sensor_data.durability)
         self.subscription = self.node.create_subscription(types[usable[0]], topic, self._on_pose, qos,
                                                           callback_group=self.group)
         if self.timer is not None:

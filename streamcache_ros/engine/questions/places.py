@@ -26,6 +26,8 @@ def scoped(tier: MemoryTier, camera: str, window: Window | None, where: Place | 
     if tier.archive is None:
         raise PlaceError("a question limited to a place reads the poses the archive keeps with its frames, "
                          "and archive_path is off")
+    if tier.poses is not None:  # poses late for their chunks are written before the place is read
+        tier.late_poses.retry(tier.archive, tier.poses)
     inside = tier.archive.frames_in_place(where, *window.bounds(), camera)
     if not len(inside):
         near = tier.archive.nearest_pass(where, *window.bounds(), camera)

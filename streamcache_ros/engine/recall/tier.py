@@ -100,8 +100,7 @@ class MemoryTier:
 
     # -- the archive ------------------------------------------------------------------------------
     def attach(self, archive: Archive, key_layers: tuple[int, ...], encoder: RetrievalEncoder | None = None) -> None:
-        """From now on every chunk kept goes to ``archive`` with its retrieval key at ``key_layers``,
-        and its frames' vectors when ``encoder`` indexes them (docs/archive.md "The index")."""
+        """Every chunk kept from now on goes to ``archive``, with its key and frame vectors (docs/archive.md)."""
         if encoder is not None and encoder.calibration is None:  # how far its answers can be trusted
             encoder.calibrate(RETRIEVAL_DIR / CALIBRATION_FILE, shape_world=is_world_model(self.adapter.model_id))
         self.archive, self.key_layers, self.encoder = archive, tuple(key_layers), encoder
@@ -122,18 +121,17 @@ class MemoryTier:
 
     def index_frames(self, frames: list) -> np.ndarray | None:
         """The index's vectors of a chunk's frames (ingest calls it); None without an index."""
-        if self.archive is None or self.encoder is None:
-            return None
-        return self.encoder.embed_frames(frames)
+        return None if self.archive is None or self.encoder is None else self.encoder.embed_frames(frames)
 
     def thumbnail_frames(self, frames: list) -> list[bytes] | None:
-        """A JPEG of each of a chunk's frames for the archive (ingest calls it); None without an archive
-        or with archive_thumbnail_px 0 (docs/show.md)."""
+        """A JPEG of each of a chunk's frames for the archive; None without one, or thumbnails off (docs/show.md)."""
         if self.archive is None:
             return None
         return encode_thumbnails(frames, self.archive.settings.thumbnail_px)
 
     def detach(self) -> Archive | None:
+        if self.archive is not None and self.poses is not None:  # the last poses late for their chunks
+            self.late_poses.retry(self.archive, self.poses)
         archive, self.archive = self.archive, None
         self.archive_ids.clear()
         return archive
@@ -247,6 +245,8 @@ class MemoryTier:
 
     def poses_of(self, stamps: list[float], cameras: list[str]) -> list:
         """Each frame's pose: the archive's, a loaded snapshot's, else the pose source's now (docs/places.md)."""
+        if self.poses is not None and self.archive is not None:  # a pose late for its chunk is written first
+            self.late_poses.retry(self.archive, self.poses)
         found = self.archive.poses_at(stamps, cameras) if self.archive is not None and stamps else [None] * len(stamps)
         found = [p or self.saved_poses.get((c, round(s, 4))) for p, s, c in zip(found, stamps, cameras)]
         if self.poses is not None:
