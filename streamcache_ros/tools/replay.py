@@ -129,7 +129,8 @@ class Replayer:
         import importlib  # noqa: PLC0415
         from rclpy.qos import QoSProfile, QoSReliabilityPolicy  # noqa: PLC0415
 
-        qos = QoSProfile(depth=100, reliability=QoSReliabilityPolicy.RELIABLE)
+        # deep: a reliable writer overwrites what a busy reader has not acknowledged past its depth
+        qos = QoSProfile(depth=10_000, reliability=QoSReliabilityPolicy.RELIABLE)
         for topic, msgtype in topics.items():
             package, _, name = msgtype.split("/")
             kind = getattr(importlib.import_module(f"{package}.msg"), name)
@@ -153,6 +154,14 @@ class Replayer:
                 return []
             time.sleep(0.05)
         return idle
+
+    def wait_for_poses_acked(self, timeout_s: float = 5.0) -> None:
+        """The last poses delivered before the process ends (a reliable reader acknowledges them): they
+        were sent ahead of the last frames, and a writer gone before that takes them with it."""
+        from rclpy.duration import Duration  # noqa: PLC0415
+
+        for publisher in self.pose_publishers.values():
+            publisher.wait_for_all_acked(Duration(seconds=timeout_s))
 
     def publish_clock(self, stamp_ns: int) -> None:
         msg = self._clock_type()
@@ -255,6 +264,7 @@ def main(argv: list[str] | None = None) -> int:
         for _ in range(args.loop):
             published, acknowledged = replayer.play(bagfile.read_images(bag, list(topics)))
             total, acked = total + published, acked + acknowledged
+        replayer.wait_for_poses_acked()
         if not args.quiet:
             mode = "lock-step, " if args.lock_step else ""
             print(f"[replay] done: {total} messages on {', '.join(topics)} in {time.monotonic() - started:.1f} s "
