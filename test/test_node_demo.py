@@ -14,15 +14,18 @@ from streamcache_ros.engine import load_adapter
 from streamcache_ros.engine.adapters.models import DEFAULT_MODEL
 from streamcache_ros.tools import bagfile
 
-WAYS = [pytest.param(["--without-launch"], "streamcache_node stopped (exit code 0)", id="console-entries"),
-        pytest.param([], "ros2 launch stopped (exit code 0)", id="ros2-launch", marks=needs_install)]
+# the console entries replay a patrol (frames and odometry: the demo asks a `where`), the launch a
+# world bag with no odometry (a bag given with --bag is replayed as it is)
+WAYS = [pytest.param(["--without-launch"], "streamcache_node stopped (exit code 0)", True, id="console-entries"),
+        pytest.param([], "ros2 launch stopped (exit code 0)", False, id="ros2-launch", marks=needs_install)]
 FRAMES, KEPT_UNITS = 40, 6
 
 
-@pytest.mark.parametrize(("way", "stopped"), WAYS)
-def test_node_demo_runs_end_to_end(tmp_path, way, stopped):
+@pytest.mark.parametrize(("way", "stopped", "patrol"), WAYS)
+def test_node_demo_runs_end_to_end(tmp_path, way, stopped, patrol):
     look = world.Look(320, 240, (40, 50, 60), 4, 10, False, "rgb8")
-    bag = bagfile.make_world_bag(tmp_path / "bag", seed=23, frames=FRAMES, look=look)
+    bag = (bagfile.make_patrol_bag(tmp_path / "bag", seed=22, frames=FRAMES, look=look) if patrol
+           else bagfile.make_world_bag(tmp_path / "bag", seed=23, frames=FRAMES, look=look))
     record = json.loads((bag / bagfile.WORLD_QUESTIONS_FILE).read_text())
     asked = [q for q in record["questions"] if q["options"]]
     adapter = load_adapter(DEFAULT_MODEL, device="cpu", dtype="float32")
@@ -46,6 +49,11 @@ def test_node_demo_runs_end_to_end(tmp_path, way, stopped):
     modes = {"last" if q["kind"] == "last_seen" else "first" for q in record["questions"]
              if q["kind"] in ("last_seen", "first_seen")}
     assert modes and all(re.search(rf"when {mode}: .*\n      found: .* truth: \d+ s", out) for mode in modes), out
+    # where: the pose of the frame found beside the robot's true pose, only for a bag with odometry
+    where = re.search(r"found: x=\S+ y=\S+ \(map\) at \d+ s   truth: x=\S+ y=\S+, \w+.*\s+(right|WRONG) "
+                      r"\(([\d.]+) m off", out)
+    assert (where is not None) == patrol, out
+    assert not patrol or float(where.group(2)) <= 1.0
     assert "unknown camera '/no/such/camera'" in out
     # 40 frames at 1 fps, all sampled; fifo keeps KEPT_UNITS units of the stream
     assert f"fifo, model {DEFAULT_MODEL}: {KEPT_UNITS * adapter.frames_per_unit} frames in memory" in out

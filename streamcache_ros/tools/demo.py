@@ -62,12 +62,12 @@ def make_demo_bag(path: pathlib.Path) -> pathlib.Path:
     return make_patrol_bag(path, DEMO_SEED, DEMO_FRAMES, look=demo_look(), overwrite=True)
 
 
-def ensure_bag(path: pathlib.Path) -> None:
+def ensure_bag(path: pathlib.Path, default: bool = True) -> None:
     from .bagfile import WORLD_QUESTIONS_FILE  # noqa: PLC0415
 
     record = path / WORLD_QUESTIONS_FILE
-    # a demo bag from before the patrol (no odometry) is made again
-    if (path / "metadata.yaml").is_file() and record.is_file() and '"patrol"' in record.read_text():
+    # the default demo bag from before the patrol (no odometry) is made again; a bag given is as it is
+    if (path / "metadata.yaml").is_file() and record.is_file() and (not default or '"patrol"' in record.read_text()):
         return
     print(f"making the demo bag {path} (a shape-world stream: {DEMO_FRAMES} frames at 1 fps)", flush=True)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -258,10 +258,13 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("ROS_DOMAIN_ID", str(random.randint(120, 220)))
     os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
     bag = (args.bag or default_bag()).resolve()
-    ensure_bag(bag)
+    ensure_bag(bag, default=args.bag is None)
     overrides = {} if args.budget is None else {"budget_tokens": args.budget}
-    if args.bag is None:  # the demo bag's odometry and map: every frame's pose, its named places
-        overrides.update(pose_topic="/odom", places_file=str(bag / "places.yaml"))
+    from .bagfile import WORLD_QUESTIONS_FILE, read_world_questions  # noqa: PLC0415
+
+    patrol = read_world_questions(bag).get("patrol") if (bag / WORLD_QUESTIONS_FILE).is_file() else None
+    if patrol:  # a patrol bag's odometry and map: every frame's pose, its named places
+        overrides.update(pose_topic=patrol["odom_topic"], places_file=str(bag / patrol["places_file"]))
     if args.policy:
         overrides["policy"] = args.policy
     if args.model:
