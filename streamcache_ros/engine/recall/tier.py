@@ -193,8 +193,7 @@ class MemoryTier:
             self.archive.note_watch(self.archive_ids[chunk_id], answers)
 
     def clear(self) -> int:
-        """Forget the archive's chunks too (the working memory is cleared by its owner); returns the
-        archived chunks deleted."""
+        """Forget the archive's chunks too (its owner clears the working memory); the chunks deleted."""
         deleted = self.archive.clear() if self.archive is not None else 0
         self.archive_ids.clear()
         self.parts.clear()
@@ -234,8 +233,8 @@ class MemoryTier:
         return since
 
     def timeline(self, camera: str, bank_names: list[str]) -> MemoryTimeline:
-        """Every frame still in the working memory (of ``camera`` when given), oldest first, with the
-        share of its tokens each layer (and each H2SVC bank) still holds."""
+        """Every frame in the working memory (of ``camera``), oldest first, the share of it each layer
+        (and H2SVC bank) holds, and its pose."""
         layer_tokens, layer_rows, bank_tokens, bank_rows = retention(self.policy.layer_stores(), self.ledger.next_unit)
         frames = self.ledger.timeline(layer_tokens, layer_rows, bank_tokens, bank_rows, camera)
         poses = self.poses_of([f.stamp for f in frames], [f.camera for f in frames])
