@@ -39,6 +39,8 @@ DEFAULT_TOPIC = "/camera/image_raw"
 DEFAULT_START_NS = 1_700_000_000 * 1_000_000_000
 STORAGES = ("sqlite3", "mcap")
 ODOMETRY = "nav_msgs/msg/Odometry"
+# what a node's pose_topic takes, and what a patrol bag can carry its poses as
+POSE_TYPES = (ODOMETRY, "geometry_msgs/msg/PoseStamped", "geometry_msgs/msg/PoseWithCovarianceStamped")
 ODOM_TOPIC = "/odom"
 ODOM_RATE_HZ = 4.0
 # odometry is stamped off the frames' stamps, as on a robot: a node must interpolate between samples
@@ -140,11 +142,14 @@ def make_world_bag(path: str | pathlib.Path, seed: int, frames: int, ask_at=(), 
 def make_patrol_bag(path: str | pathlib.Path, seed: int, frames: int, ask_at=(), look=None,
                     topic: str = DEFAULT_TOPIC, storage: str = "sqlite3", start_ns: int = DEFAULT_START_NS,
                     overwrite: bool = False, absent: tuple[tuple[str, str], ...] = (), place_count: int = 6,
-                    odom_topic: str = ODOM_TOPIC) -> pathlib.Path:
+                    odom_topic: str = ODOM_TOPIC, pose_type: str = ODOMETRY) -> pathlib.Path:
     """A patrol stream (docs/world.md "The patrol world") as ``make_world_bag`` writes a world stream,
     plus nav_msgs/Odometry on ``odom_topic`` at 4 Hz (frame "map", child "base_link"), stamped
-    0.13 s off the frames. ``world_questions.json`` also holds the places, the route and each frame's
-    pose; ``places.yaml`` beside it is the node's ``places_file`` for the map."""
+    0.13 s off the frames; ``pose_type`` one of POSE_TYPES for a PoseStamped or an AMCL-style
+    PoseWithCovarianceStamped instead. ``world_questions.json`` also holds the places, the route and
+    each frame's pose; ``places.yaml`` beside it is the node's ``places_file`` for the map."""
+    if pose_type not in POSE_TYPES:
+        raise ValueError(f"pose_type must be one of {POSE_TYPES}, got '{pose_type}'")
     if storage not in STORAGES:
         raise ValueError(f"storage must be one of {STORAGES}, got '{storage}'")
     points = _question_points(ask_at, frames)
@@ -155,7 +160,7 @@ def make_patrol_bag(path: str | pathlib.Path, seed: int, frames: int, ask_at=(),
     last = math.ceil((frames - 1 - ODOM_PHASE_S) * ODOM_RATE_HZ)
     odometry = [(start_ns + round(t * 1e9), *stream.pose_at(t), stream.speed_at(t))
                 for t in (ODOM_PHASE_S + k / ODOM_RATE_HZ for k in range(-1, last + 1))]
-    camera_topic = _write_frames(path, stream, range(frames), stamps, topic, storage, odometry, odom_topic)
+    camera_topic = _write_frames(path, stream, range(frames), stamps, topic, storage, odometry, odom_topic, pose_type)
     patrol = {"frame_id": world.MAP_FRAME, "odom_topic": odom_topic, "odom_rate_hz": ODOM_RATE_HZ,
               "odom_phase_s": ODOM_PHASE_S, "places_file": PLACES_FILE,
               "places": [{"name": p.name, "x": p.x, "y": p.y, "radius": p.radius} for p in stream.places],
@@ -177,6 +182,16 @@ def _odometry_message(store, stamp_ns: int, x: float, y: float, yaw: float, spee
     return t[ODOMETRY](header=_header(store, stamp_ns, world.MAP_FRAME), child_frame_id="base_link",
                        pose=t["geometry_msgs/msg/PoseWithCovariance"](pose=pose, covariance=np.zeros(36)),
                        twist=t["geometry_msgs/msg/TwistWithCovariance"](twist=twist, covariance=np.zeros(36)))
+
+
+def _pose_message(store, pose_type: str, stamp_ns: int, x: float, y: float, yaw: float, speed: float):
+    """A pose sample as ``pose_type``: Odometry, PoseStamped or PoseWithCovarianceStamped."""
+    if pose_type == ODOMETRY:
+        return _odometry_message(store, stamp_ns, x, y, yaw, speed)
+    odometry = _odometry_message(store, stamp_ns, x, y, yaw, speed)
+    if pose_type == "geometry_msgs/msg/PoseStamped":
+        return store.types[pose_type](header=odometry.header, pose=odometry.pose.pose)
+    return store.types[pose_type](header=odometry.header, pose=odometry.pose)
 
 
 def read_odometry(path: str | pathlib.Path, topic: str = ODOM_TOPIC) -> list[tuple[int, float, float, float]]:
@@ -239,7 +254,7 @@ def _fresh(path: pathlib.Path, overwrite: bool) -> pathlib.Path:
 
 
 def _write_frames(path: pathlib.Path, stream, indices, stamps: list[int], topic: str, storage: str,
-                  odometry=(), odom_topic: str = ODOM_TOPIC) -> str:
+                  odometry=(), odom_topic: str = ODOM_TOPIC, pose_type: str = ODOMETRY) -> str:
     """The frames ``indices`` of ``stream`` as a bag at ``path``, and ``odometry`` ((stamp ns, x, y,
     yaw, speed) each) on ``odom_topic`` in stamp order among them; returns the camera topic written."""
     from rosbags.rosbag2 import StoragePlugin, Writer  # noqa: PLC0415
@@ -251,13 +266,13 @@ def _write_frames(path: pathlib.Path, stream, indices, stamps: list[int], topic:
     with Writer(path, version=9, storage_plugin=plugin) as writer:
         msgtype = COMPRESSED if encoding == "jpeg" else IMAGE
         conn = writer.add_connection(camera_topic, msgtype, typestore=store)
-        odom_conn = writer.add_connection(odom_topic, ODOMETRY, typestore=store) if odometry else None
+        odom_conn = writer.add_connection(odom_topic, pose_type, typestore=store) if odometry else None
         pending = list(odometry)[::-1]
 
         def write_odometry(until_ns: float) -> None:
             while pending and pending[-1][0] <= until_ns:
                 sample = pending.pop()
-                writer.write(odom_conn, sample[0], store.serialize_cdr(_odometry_message(store, *sample), ODOMETRY))
+                writer.write(odom_conn, sample[0], store.serialize_cdr(_pose_message(store, pose_type, *sample), pose_type))
 
         for i, stamp_ns in zip(indices, stamps):
             write_odometry(stamp_ns)
@@ -312,9 +327,6 @@ def image_topics(path: str | pathlib.Path) -> dict[str, str]:
 
     with AnyReader([pathlib.Path(path)], default_typestore=_typestore()) as reader:
         return {c.topic: c.msgtype for c in reader.connections if c.msgtype in IMAGE_TYPES}
-
-
-POSE_TYPES = ("nav_msgs/msg/Odometry", "geometry_msgs/msg/PoseStamped", "geometry_msgs/msg/PoseWithCovarianceStamped")
 
 
 def pose_topics(path: str | pathlib.Path) -> dict[str, str]:
