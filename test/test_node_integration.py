@@ -109,9 +109,10 @@ def test_lock_step_replay_then_the_service_and_the_action_answer(client, domain,
     assert (r.method, r.model_id, r.error_message) == ("fifo", "tiny-qwen2_5_vl", "")
     assert 1 <= r.answer_tokens <= 8 and 0 < r.ttft_ms <= r.total_ms
     after = client.memory_status()
-    # a frame acknowledged late is published again (lock-step, a loaded machine): received twice
+    # a frame not acknowledged in time is published again (lock-step, a loaded machine): received twice
+    # when its acknowledgement was late, once when the first copy was lost on the way
     resent = int(re.search(r"(\d+) resent", done.stdout).group(1))
-    assert after.frames_received - before.frames_received == 40 + resent
+    assert 40 <= after.frames_received - before.frames_received <= 40 + resent
     assert after.frames_sampled - before.frames_sampled == 20
     assert (after.frames_dropped, after.frames_rejected) == (before.frames_dropped, before.frames_rejected)
     assert after.kv_tokens == r.kv_tokens and after.frames_in_memory == 16
