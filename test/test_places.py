@@ -6,11 +6,10 @@ import dataclasses
 import math
 import sqlite3
 
-import numpy as np
 import pytest
 import torch
 
-from streamcache_ros.engine.places import Place, PlaceError, Pose, PoseTrack, load_places, spans_inside
+from streamcache_ros.engine.places import Place, PlaceError, Pose, PoseTrack, load_places
 from streamcache_ros.engine.places.place import resolve_place
 from streamcache_ros.engine.recall.archive import DB_NAME, Archive, ArchiveSettings, EncodedChunk
 from streamcache_ros.engine.recall.archive.sqlite_file import SCHEMA
@@ -55,12 +54,6 @@ def test_a_late_pose_is_kept_in_order():
         track.add(stamp, Pose.planar(stamp, 0, 0))
     assert track.out_of_order == 1
     assert track.at(1.5).x == pytest.approx(1.5)
-
-
-def test_spans_inside_breaks_at_frames_outside_and_at_gaps():
-    stamps = np.array([0, 1, 2, 3, 4, 10, 11, 12], float)
-    inside = np.array([1, 1, 0, 1, 1, 1, 1, 0], bool)
-    assert spans_inside(stamps, inside, gap=2.0) == [(0, 1), (3, 4), (10, 11)]
 
 
 def test_places_file_and_requests(tmp_path):

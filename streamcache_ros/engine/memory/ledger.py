@@ -59,6 +59,10 @@ class Window:
         i = int(np.searchsorted(self.frames, stamp - STAMP_TOLERANCE))
         return i < len(self.frames) and self.frames[i] <= stamp + STAMP_TOLERANCE
 
+    def holds_any(self, stamps) -> bool:
+        """Whether a frame of ``stamps`` (a unit's, a chunk's) lies in the window."""
+        return any(self.holds(s) for s in stamps)
+
     def mask(self, stamps: np.ndarray) -> np.ndarray:
         """``holds`` of every stamp of ``stamps``, at once."""
         stamps = np.asarray(stamps, float)
@@ -154,7 +158,7 @@ class UnitLedger:
 
     def window_units(self, units: list[int], window: Window, camera: str = "") -> list[int]:
         """The ``units`` with a frame stamped inside ``window``; QuestionError when there is none."""
-        inside = [u for u in units if any(window.holds(s) for s in self.units[u].stamps)]
+        inside = [u for u in units if window.holds_any(self.units[u].stamps)]
         if not inside:
             stamps = self.stamps(units)
             source = f" from camera '{camera}'" if camera else ""

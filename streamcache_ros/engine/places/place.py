@@ -78,23 +78,3 @@ def resolve_place(name: str, center: tuple[float, float] | None, radius: float,
     if not (math.isfinite(x) and math.isfinite(y)):
         raise PlaceError(f"place_center must be finite, got ({x}, {y})")
     return Place(float(x), float(y), float(radius))
-
-
-def spans_inside(stamps: np.ndarray, inside: np.ndarray, gap: float) -> list[tuple[float, float]]:
-    """The time spans of a camera's frames (``stamps``, sorted) that lie inside a place: runs of
-    consecutive inside frames, a run broken by a frame outside or by more than ``gap`` seconds
-    without a frame. Each span runs from its first inside frame's stamp to its last's."""
-    spans: list[tuple[float, float]] = []
-    start = last = None
-    for stamp, within in zip(np.asarray(stamps, float).tolist(), np.asarray(inside, bool).tolist()):
-        if within and start is not None and stamp - last <= gap:
-            last = stamp
-            continue
-        if start is not None:
-            spans.append((start, last))
-            start = None
-        if within:
-            start = last = stamp
-    if start is not None:
-        spans.append((start, last))
-    return spans

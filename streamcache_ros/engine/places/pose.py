@@ -173,12 +173,6 @@ class PoseTrack:
             self._counted_until[camera] = max(counted, max(stamps))
         return [None if pose is None else pose.as_list() for pose in poses]
 
-    def waits_for(self, stamp: float) -> bool:
-        """Whether a pose bracketing ``stamp`` may still come: the newest pose is older than
-        ``stamp`` by less than the tolerance (odometry a little behind the camera)."""
-        newest = self.newest_stamp
-        return newest is not None and newest < stamp <= newest + self.tolerance
-
 
 def snapshot_poses(tier) -> dict:
     """The poses of the working memory's frames, for a memory snapshot: a memory loaded where no

@@ -81,11 +81,7 @@ class QuestionDesk:
         camera = checks.resolved_camera(camera, self.config.cameras)
         window = checks.checked_window(since, until)
         with self.lock.question():  # the frames waiting for their chunk are archived first: their poses count
-            try:
-                self.flush()
-            except ChunkError as err:
-                if not err.position_range:
-                    raise
+            self._flush_waiting()
         window, in_place = places.scoped(self.tier, camera, window, where)
         return window, None, in_place
 
@@ -381,11 +377,7 @@ class QuestionDesk:
         was checked before (``question_ids``)."""
         checks.check_camera_seen(camera, self.ledger.cameras, self.config.cameras)
         self._check_something_seen(camera, window)
-        try:
-            self.flush()
-        except ChunkError as err:
-            if not err.position_range:  # a full memory still answers from what it holds
-                raise
+        self._flush_waiting()
         try:
             seen = self.ledger.visible(camera, window)
         except QuestionError:
@@ -400,6 +392,15 @@ class QuestionDesk:
             raise QuestionError(f"the question ({prompt_tokens} tokens) and its answer (max_new_tokens {answer_tokens}) "
                                 f"do not fit in the positions left: {err}") from None
         return seen
+
+    def _flush_waiting(self) -> None:
+        """The frames waiting for their chunk encoded (under the lock); a full memory still answers
+        from what it holds."""
+        try:
+            self.flush()
+        except ChunkError as err:
+            if not err.position_range:
+                raise
 
     def _check_something_seen(self, camera: str, window: Window | None) -> None:
         """QuestionError when a question about ``camera`` over ``window`` would see nothing even once

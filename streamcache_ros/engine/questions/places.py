@@ -31,24 +31,22 @@ def scoped(tier: MemoryTier, camera: str, window: Window | None, where: Place | 
     inside = tier.archive.frames_in_place(where, *window.bounds(), camera)
     if not len(inside):
         near = tier.archive.nearest_pass(where, *window.bounds(), camera)
+        between = _between(window)
         if near is None:
-            raise PlaceError(f"no frame {_of(camera)}{_between(window)}has a pose: set pose_topic (or TF) "
-                             "to ask about places")
+            raise PlaceError(f"no frame{f' of {camera}' if camera else ''}{between} has a pose: set pose_topic "
+                             "(or TF) to ask about places")
         distance, stamp = near
-        raise PlaceError(f"the robot was never {where.describe()}{' ' + _between(window).strip() if _between(window) else ''}"
-                         f": the nearest it came was {distance:.2f} m from there, at {stamp:.3f}")
+        raise PlaceError(f"the robot was never {where.describe()}{between}: the nearest it came was "
+                         f"{distance:.2f} m from there, at {stamp:.3f}")
     stamps = np.unique(inside.stamps)
     return Window(window.since, window.until, stamps), len(inside)
 
 
-def _of(camera: str) -> str:
-    return f"of {camera} " if camera else ""
-
-
 def _between(window: Window) -> str:
+    """" between <since> and <until>" for a window with an end, "" for all time."""
     if window.since == -np.inf and window.until == np.inf:
         return ""
-    return f"between {Window.describe(window.since)} and {Window.describe(window.until)} "
+    return f" between {Window.describe(window.since)} and {Window.describe(window.until)}"
 
 
 def answer_with_poses(tier: MemoryTier, answer: Answer, in_place: int) -> Answer:

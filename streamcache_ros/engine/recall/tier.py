@@ -266,7 +266,7 @@ class MemoryTier:
         if window is not None:
             if not self._archive_reaches(window, camera, whole_since):
                 return None
-            keep = (lambda row: any(window.holds(s) for s in row.stamps)) if window.placed else None
+            keep = (lambda row: window.holds_any(row.stamps)) if window.placed else None
             held = [row for row in self.archive.rows(window.since, window.until, camera) if keep is None or keep(row)]
             rows = self.archive.window(window.since, window.until, camera, keep=keep, **self._ranking(
                 ids, clock, question, camera, window, len(held)))
@@ -367,7 +367,7 @@ class MemoryTier:
         unsearched; ``timeline`` runs over one replay of the most relevant (archive/plan.py)."""
         if self.archive is None or not self._archive_reaches(window, camera, self.whole_since(camera)):
             return None
-        keep = (lambda row: any(window.holds(s) for s in row.stamps)) if window.placed else None
+        keep = (lambda row: window.holds_any(row.stamps)) if window.placed else None
         rows = [row for row in self.archive.rows(window.since, window.until, camera) if keep is None or keep(row)]
         if mode == "timeline":
             chosen = self.archive.window(window.since, window.until, camera, self._question(ids, clock), keep=keep)
