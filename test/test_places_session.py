@@ -157,3 +157,5 @@ def test_poses_survive_a_restart_and_a_snapshot(stream, tmp_path):
     loaded = bare.memory_timeline("").frames
     assert [f.stamp for f in loaded] == [f.stamp for f in held]
     assert all(f.pose is not None and abs(f.pose.x - pose_of(round(f.stamp)).x) < 0.02 for f in loaded)
+    evidence = bare.ask("How many objects are in view now?", ["0", "1", "2"]).evidence
+    assert evidence and all(e.pose is not None and abs(e.pose.x - pose_of(round(e.stamp)).x) < 0.02 for e in evidence)

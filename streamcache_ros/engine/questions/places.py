@@ -51,7 +51,7 @@ def _between(window: Window) -> str:
 
 def answer_with_poses(tier: MemoryTier, answer: Answer, in_place: int) -> Answer:
     """``answer`` with the pose of each evidence frame, and the frames its place held."""
-    if not answer.evidence or (tier.archive is None and tier.poses is None):
+    if not answer.evidence:
         return dataclasses.replace(answer, frames_in_place=in_place)
     poses = tier.poses_of([e.stamp for e in answer.evidence], [e.camera for e in answer.evidence])
     evidence = [dataclasses.replace(e, pose=pose) for e, pose in zip(answer.evidence, poses)]
